@@ -1,0 +1,397 @@
+"""PyTorch Sentence-State LSTM (S-LSTM; Zhang, Liu & Song, ACL 2018).
+
+Every word keeps its own state and all words are updated in parallel for a fixed number of steps: each step a word
+reads its neighbours' states (local exchange) and the sentence node(s) (global exchange), while the sentence node
+reads every word. Equation numbers refer to the paper; `../shared/docs/slstm-equations.md` states them cleanly.
+"""
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from .configuration_slstm import SLSTMConfig
+from .heads import SequenceClassificationHeadMixin, TokenClassificationHeadMixin, masked_mean
+
+
+def neighbourhood(states: torch.Tensor, window_size: int) -> torch.Tensor:
+    """The states of positions `i - w ... i + w` for every position `i`, zero beyond the edges.
+
+    Args:
+        states (`torch.Tensor` of shape `(batch, seq, hidden)`): word states or cells, zero at padding.
+        window_size (`int`): `w`.
+
+    Returns:
+        A view of shape `(batch, seq, 2w + 1, hidden)` over a zero-padded copy (no per-window copies).
+    """
+    padded = nn.functional.pad(states, (0, 0, window_size, window_size))  # (batch, seq + 2w, hidden)
+    return padded.unfold(1, 2 * window_size + 1, 1).transpose(2, 3)  # (batch, seq, 2w + 1, hidden)
+
+
+class SLSTMStateTransition(GradientCheckpointingLayer):
+    r"""
+    One S-LSTM state transition `H^{t-1} -> H^t`: word nodes (Eq. 2) and sentence nodes (Eq. 3). The same module (the
+    same parameters) is applied at every step.
+
+    The word-node pre-activations `W ξ_i + U x_i + V g + b` are split by cost: `U x_i + b` does not change across
+    steps and is computed once per forward (`input_terms`); `V g` is one vector per sentence, broadcast over its
+    words; only `W ξ_i` is a per-token, per-step matmul, done as one matmul over all positions.
+
+    Gate blocks, each of width `hidden_size`, in this order: the `2w + 1` window gates (`l_w … l_1, f, r_1 … r_w`,
+    matching the cells `c_{i-w} … c_{i+w}`), one `s_k` per sentence node, the content gate `i` (these are normalised
+    together), then the output gate `o` (unless `remove_output_gate`) and the content `u` (unless
+    `context_independent_content`, where `u_i = U_u x_i + b_u` comes from the input alone).
+
+    Args:
+        config ([`SLSTMConfig`]): `hidden_size`, `embedding_dim`, `window_size`, `num_sentence_nodes`,
+            `gate_normalization`, `context_independent_content`, `remove_output_gate`, `hidden_dropout` are read.
+    """
+
+    def __init__(self, config: SLSTMConfig):
+        super().__init__()
+        hidden = config.hidden_size
+        self.hidden_size = hidden
+        self.window_size = config.window_size
+        self.window_width = 2 * config.window_size + 1
+        self.num_sentence_nodes = config.num_sentence_nodes
+        self.num_normalized_gates = self.window_width + self.num_sentence_nodes + 1
+        self.has_output_gate = not config.remove_output_gate
+        self.has_recurrent_content = not config.context_independent_content
+        self.softmax_of_sigmoid = config.gate_normalization == "sigmoid_softmax"
+        self.num_context_blocks = self.num_normalized_gates + self.has_output_gate + self.has_recurrent_content
+        num_input_blocks = self.num_normalized_gates + self.has_output_gate + 1
+
+        # Eq. 2: U x_i + b, W ξ_i, V g^{t-1}.
+        self.word_input = nn.Linear(config.embedding_dim, num_input_blocks * hidden)
+        self.word_window = nn.Linear(self.window_width * hidden, self.num_context_blocks * hidden, bias=False)
+        self.hidden_dropout = nn.Dropout(config.hidden_dropout)
+        if self.num_sentence_nodes:
+            sentence_width = self.num_sentence_nodes * hidden
+            self.word_sentence = nn.Linear(sentence_width, self.num_context_blocks * hidden, bias=False)
+            # Eq. 3: f_g and o read g^{t-1} (all sentence nodes, so they exchange information) and the word mean;
+            # the per-word forget gates f_i read g^{t-1} and h_i^{t-1}.
+            num_sentence_blocks = 1 + self.has_output_gate
+            self.sentence_gates = nn.Linear(sentence_width + hidden, num_sentence_blocks * sentence_width)
+            self.word_forget_from_sentence = nn.Linear(sentence_width, sentence_width)
+            self.word_forget_from_word = nn.Linear(hidden, sentence_width, bias=False)
+
+    def input_terms(self, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`U x_i + b` for all gates, computed once per forward because `x_i` does not change across steps.
+
+        Args:
+            inputs_embeds (`torch.Tensor` of shape `(batch, seq, embedding_dim)`)
+
+        Returns:
+            `(gate_terms, content)`: `(batch, seq, num_context_blocks * hidden)` and, with a context-independent
+            content layer, the content `u_i` `(batch, seq, hidden)` (else `None`).
+        """
+        terms = self.word_input(inputs_embeds)  # (batch, seq, num_input_blocks * hidden)
+        if self.has_recurrent_content:
+            return terms, None
+        gate_terms, content = terms.split([self.num_context_blocks * self.hidden_size, self.hidden_size], dim=-1)
+        return gate_terms.contiguous(), content
+
+    def normalize(self, pre_activations: torch.Tensor, dim: int) -> torch.Tensor:
+        """Gates that sum to one along `dim`; float32 so that low-precision autocast cannot skew the weights."""
+        if self.softmax_of_sigmoid:
+            pre_activations = torch.sigmoid(pre_activations)
+        return torch.softmax(pre_activations, dim=dim, dtype=torch.float32)
+
+    def forward(
+        self,
+        word_states: torch.Tensor,
+        word_cells: torch.Tensor,
+        sentence_states: torch.Tensor,
+        sentence_cells: torch.Tensor,
+        input_gate_terms: torch.Tensor,
+        input_content: torch.Tensor | None,
+        mask: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        r"""
+        Args:
+            word_states, word_cells (`torch.Tensor` of shape `(batch, seq, hidden)`): `h^{t-1}`, `c^{t-1}`, zero at
+                padding.
+            sentence_states, sentence_cells (`torch.Tensor` of shape `(batch, num_sentence_nodes, hidden)`):
+                `g^{t-1}`, `c_g^{t-1}`.
+            input_gate_terms, input_content: from [`~SLSTMStateTransition.input_terms`].
+            mask (`torch.Tensor` of shape `(batch, seq, 1)`): 1.0 at real positions, 0.0 at padding.
+            lengths (`torch.Tensor` of shape `(batch, 1)`): number of real positions (at least 1).
+
+        Returns:
+            `(h^t, c^t, g^t, c_g^t)`, shaped like the inputs. Both node kinds read step `t-1` values only.
+        """
+        word_states = self.hidden_dropout(word_states)
+        sentence_states = self.hidden_dropout(sentence_states)
+        new_word_states, new_word_cells = self.update_words(
+            word_states, word_cells, sentence_states, sentence_cells, input_gate_terms, input_content, mask
+        )
+        if self.num_sentence_nodes:
+            sentence_states, sentence_cells = self.update_sentence(
+                word_states, word_cells, sentence_states, sentence_cells, mask, lengths
+            )
+        return new_word_states, new_word_cells, sentence_states, sentence_cells
+
+    def update_words(self, h, c, g, c_g, input_gate_terms, input_content, mask):
+        """Eq. 2, all words at once."""
+        batch, seq, hidden = h.shape
+        xi = neighbourhood(h, self.window_size).reshape(batch * seq, self.window_width * hidden)  # ξ_i
+        # W ξ_i + (U x_i + b) in one fused matmul-add.
+        pre = torch.addmm(
+            input_gate_terms.reshape(batch * seq, -1), xi, self.word_window.weight.t()
+        ).view(batch, seq, self.num_context_blocks, hidden)
+        if self.num_sentence_nodes:
+            sentence_term = self.word_sentence(g.flatten(1))  # V g^{t-1}: (batch, num_context_blocks * hidden)
+            pre = pre + sentence_term.view(batch, 1, self.num_context_blocks, hidden)
+
+        # (i, l, f, r, s) = softmax over the gates, per hidden dimension.
+        gates = self.normalize(pre[:, :, : self.num_normalized_gates], dim=2)  # (batch, seq, gates, hidden)
+        window_gates = gates[:, :, : self.window_width]
+        sentence_gates = gates[:, :, self.window_width : -1]
+        content_gate = gates[:, :, -1]
+
+        content = torch.tanh(pre[:, :, -1]) if self.has_recurrent_content else input_content  # u_i
+        cells = (window_gates * neighbourhood(c, self.window_size)).sum(2) + content_gate * content
+        if self.num_sentence_nodes:
+            cells = cells + (sentence_gates * c_g.unsqueeze(1)).sum(2)  # s ⊙ c_g^{t-1}
+        states = torch.tanh(cells)
+        if self.has_output_gate:
+            states = torch.sigmoid(pre[:, :, self.num_normalized_gates]) * states  # o ⊙ tanh(c)
+        # Padding and positions beyond the edges hold zero state, so they contribute nothing to neighbours.
+        cells = cells.to(h.dtype) * mask
+        states = states.to(h.dtype) * mask
+        return states, cells
+
+    def update_sentence(self, h, c, g, c_g, mask, lengths):
+        """Eq. 3 for every sentence node at once."""
+        batch, seq, hidden = h.shape
+        nodes = self.num_sentence_nodes
+        mean_state = h.sum(1) / lengths  # h̄ over real positions (h is zero at padding): (batch, hidden)
+        flat_g = g.flatten(1)  # (batch, nodes * hidden)
+        sentence_pre = self.sentence_gates(torch.cat([flat_g, mean_state], dim=-1))  # W g + U h̄ + b
+        sentence_pre = sentence_pre.view(batch, -1, nodes, hidden)  # (batch, 1 + has_output_gate, nodes, hidden)
+        word_pre = self.word_forget_from_word(h).view(batch, seq, nodes, hidden) + self.word_forget_from_sentence(
+            flat_g
+        ).view(batch, 1, nodes, hidden)  # f̂_i = W_f g + U_f h_i + b_f
+
+        if self.softmax_of_sigmoid:
+            word_pre = torch.sigmoid(word_pre)
+            keep_pre = torch.sigmoid(sentence_pre[:, :1])
+        else:
+            keep_pre = sentence_pre[:, :1]
+        # softmax over (f_0 … f_{n+1}, f_g): padding gets -inf, i.e. weight exactly zero.
+        word_pre = word_pre.masked_fill(mask.unsqueeze(-1) == 0, float("-inf"))
+        weights = torch.softmax(torch.cat([word_pre, keep_pre], dim=1), dim=1, dtype=torch.float32)
+        cells = (weights[:, :seq] * c.unsqueeze(2)).sum(1) + weights[:, seq] * c_g  # (batch, nodes, hidden)
+        states = torch.tanh(cells)
+        if self.has_output_gate:
+            states = torch.sigmoid(sentence_pre[:, 1]) * states
+        return states.to(h.dtype), cells.to(h.dtype)
+
+
+class SLSTMPreTrainedModel(PreTrainedModel):
+    r"""
+    Weight initialisation and loading for the S-LSTM models.
+
+    `_init_weights` choices: gate matrices (`nn.Linear`) uniform in `±1/sqrt(hidden_size)`, as `torch.nn.LSTM`
+    initialises its gates, so that every gate starts in sigmoid's linear range whatever the window or node count;
+    biases zero; word embeddings normal with `config.initializer_range` (replaced by pretrained vectors when given)
+    and a zero padding row; the learned initial state `h^0` zero; CRF transitions and start/end scores zero, so that
+    training starts from the plain softmax tagger and learns which moves matter (forbidden moves are masked
+    separately, not initialised).
+    """
+
+    config_class = SLSTMConfig
+    base_model_prefix = "slstm"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["SLSTMStateTransition"]
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            bound = self.config.hidden_size**-0.5
+            init.uniform_(module.weight, -bound, bound)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+            if module.padding_idx is not None:
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, SLSTMModel):
+            init.zeros_(module.initial_state)
+        elif type(module).__name__ == "ConditionalRandomField":
+            for parameter in (module.start_transitions, module.end_transitions, module.transitions):
+                init.zeros_(parameter)
+
+
+class SLSTMModel(SLSTMPreTrainedModel):
+    r"""
+    The bare S-LSTM encoder: word embeddings, then `num_steps` state transitions.
+
+    Args:
+        config ([`SLSTMConfig`]): model configuration.
+
+    Any `attention_mask` is exact: a masked position holds zero state, is left out of the sentence-node mean and
+    softmax, and so contributes nothing; a sentence gives the same outputs alone, right-padded or left-padded.
+    """
+
+    def __init__(self, config: SLSTMConfig):
+        super().__init__(config)
+        self.embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
+        self.embedding_dropout = nn.Dropout(config.embedding_dropout)
+        self.transition = SLSTMStateTransition(config)
+        # h^0 = g^0: the paper's learned initial state; cells start at zero.
+        self.initial_state = nn.Parameter(torch.zeros(config.hidden_size))
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, seq)`): token ids; boundary tokens `<s>`/`</s>` come from
+                the tokenizer, the model inserts none.
+            attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*): 1 for real tokens, 0 for padding.
+                Defaults to all ones.
+            inputs_embeds (`torch.Tensor` of shape `(batch, seq, embedding_dim)`, *optional*): instead of `input_ids`.
+            output_hidden_states (`bool`, *optional*): also return the word states `h^0 … h^T`.
+            return_dict (`bool`, *optional*): return a [`BaseModelOutputWithPooling`] instead of a tuple.
+
+        Returns:
+            `last_hidden_state` `(batch, seq, hidden)`: the final word states (zero at padding); `pooler_output`
+            `(batch, hidden)`: the first sentence node's final state, or the masked mean of the word states when there
+            is no sentence node; `hidden_states`: `num_steps + 1` tensors `(batch, seq, hidden)` when asked.
+        """
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        inputs_embeds = self.embed(input_ids, inputs_embeds)
+        batch, seq, _ = inputs_embeds.shape
+        attention_mask = validated_attention_mask(attention_mask, batch, seq, inputs_embeds.device)
+
+        mask = attention_mask.unsqueeze(-1).to(inputs_embeds.dtype)  # (batch, seq, 1)
+        lengths = mask.sum(1).clamp(min=1)  # (batch, 1)
+        input_gate_terms, input_content = self.transition.input_terms(self.embedding_dropout(inputs_embeds))
+
+        hidden = self.config.hidden_size
+        initial = self.initial_state.to(inputs_embeds.dtype)
+        word_states = initial.expand(batch, seq, hidden) * mask  # (batch, seq, hidden)
+        word_cells = torch.zeros_like(word_states)
+        sentence_states = initial.expand(batch, self.config.num_sentence_nodes, hidden)  # (batch, nodes, hidden)
+        sentence_cells = torch.zeros_like(sentence_states)
+
+        all_word_states = (word_states,) if output_hidden_states else None
+        for _ in range(self.config.num_steps):
+            word_states, word_cells, sentence_states, sentence_cells = self.transition(
+                word_states, word_cells, sentence_states, sentence_cells, input_gate_terms, input_content, mask, lengths
+            )
+            if output_hidden_states:
+                all_word_states += (word_states,)
+
+        if self.config.num_sentence_nodes:
+            pooled = sentence_states[:, 0]
+        else:
+            pooled = masked_mean(word_states, attention_mask)
+        if not return_dict:
+            return tuple(v for v in (word_states, pooled, all_word_states) if v is not None)
+        return BaseModelOutputWithPooling(
+            last_hidden_state=word_states, pooler_output=pooled, hidden_states=all_word_states
+        )
+
+    def embed(self, input_ids: torch.LongTensor | None, inputs_embeds: torch.Tensor | None) -> torch.Tensor:
+        """Word representations `x_i` `(batch, seq, embedding_dim)` from exactly one of the two inputs."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is not None:
+            expected = self.config.embedding_dim
+            if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != expected:
+                raise ValueError(
+                    f"inputs_embeds must have shape (batch, seq, {expected}), got {tuple(inputs_embeds.shape)}"
+                )
+            embeds = inputs_embeds
+        else:
+            if input_ids.dim() != 2:
+                raise ValueError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
+            if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.config.vocab_size):
+                raise ValueError(
+                    f"input_ids must be in [0, {self.config.vocab_size}) (vocab_size), got values in "
+                    f"[{input_ids.min().item()}, {input_ids.max().item()}]"
+                )
+            embeds = self.embeddings(input_ids)
+        if embeds.shape[1] == 0:
+            raise ValueError("The input sequence is empty (seq = 0); S-LSTM needs at least one token")
+        return embeds
+
+
+def validated_attention_mask(attention_mask, batch: int, seq: int, device) -> torch.Tensor:
+    """A bool mask `(batch, seq)`, all ones when none is given."""
+    if attention_mask is None:
+        return torch.ones(batch, seq, dtype=torch.bool, device=device)
+    if attention_mask.shape != (batch, seq):
+        raise ValueError(
+            f"attention_mask must have the shape of the input, (batch, seq) = {(batch, seq)}, "
+            f"got {tuple(attention_mask.shape)}"
+        )
+    return attention_mask.to(device=device, dtype=torch.bool)
+
+
+class SLSTMForSequenceClassification(SequenceClassificationHeadMixin, SLSTMPreTrainedModel):
+    r"""
+    S-LSTM with a sentence classifier: `y = softmax(W_c r + b_c)` where `r` follows `config.classifier_pooling`
+    (the sentence state `g`, the paper's additive attention over word states, or their mean). `labels` `(batch,)`
+    (or `(batch, num_labels)` for multi-label / regression) give a loss that follows `config.problem_type`.
+
+    Args:
+        config ([`SLSTMConfig`]): model configuration; `num_labels`, `classifier_pooling`, `classifier_dropout`.
+    """
+
+    def __init__(self, config: SLSTMConfig):
+        super().__init__(config)
+        self.slstm = SLSTMModel(config)
+        self.init_sequence_classification_head(config)
+        self.post_init()
+
+
+class SLSTMForTokenClassification(TokenClassificationHeadMixin, SLSTMPreTrainedModel):
+    r"""
+    S-LSTM with a per-word tagger: a linear layer on the final word states, then a softmax or (with
+    `config.use_crf`) a linear-chain CRF, exposed as `model.crf`. See [`TokenClassificationHeadMixin`] for the
+    loss, the CRF chain and the meaning of `logits`.
+
+    Args:
+        config ([`SLSTMConfig`]): model configuration; `num_labels`/`id2label`, `use_crf`, `crf_constraints`,
+            `classifier_dropout`.
+    """
+
+    def __init__(self, config: SLSTMConfig):
+        super().__init__(config)
+        self.slstm = SLSTMModel(config)
+        self.init_token_classification_head(config)
+        self.post_init()
+
+
+SLSTMConfig.register_for_auto_class()
+SLSTMModel.register_for_auto_class("AutoModel")
+SLSTMForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+SLSTMForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+
+__all__ = [
+    "SLSTMPreTrainedModel",
+    "SLSTMModel",
+    "SLSTMForSequenceClassification",
+    "SLSTMForTokenClassification",
+]
