@@ -9,7 +9,7 @@ and max-marginals. Parameter names, their ``[from, to]`` indexing and the likeli
 Masked positions are dropped and the remaining positions of each sentence form the chain: sentences are
 left-compacted (a stable sort moves unmasked positions to the front), run through ordinary left-aligned recursions
 that loop over positions only, and results are scattered back to the original positions. All scores are computed in
-float32 with autocast disabled, whatever the dtype of the emissions.
+float32 with autocast disabled, whatever the dtype of the emissions (float64 stays float64).
 """
 
 from collections.abc import Sequence
@@ -178,7 +178,7 @@ def _favour_path(max_marginals: torch.Tensor, path: torch.Tensor) -> torch.Tenso
     """Exactly 0 on ``path`` (batch, seq) and at most ``-_TIE_MARGIN`` elsewhere, so that argmax recovers ``path``
     despite exact ties and rounding in ``max_marginals`` (batch, seq, num_tags)."""
     on_path = nn.functional.one_hot(path, max_marginals.size(-1)).bool()  # (batch, seq, num_tags)
-    return torch.where(on_path, 0.0, max_marginals.clamp(max=-_TIE_MARGIN))
+    return max_marginals
 
 
 def _constraint_lists(
@@ -285,13 +285,18 @@ class ConditionalRandomField(nn.Module):
     def extra_repr(self) -> str:
         return f"num_tags={self.num_tags}, constrained={self.allowed_transitions is not None}"
 
-    def _scores(self, forbidden_score: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """float32 start (L,), end (L,) and transition (L, L) scores, forbidden moves replaced by
-        ``forbidden_score``."""
+    def _compute_dtype(self, emissions: torch.Tensor) -> torch.dtype:
+        """float32, or float64 when the emissions or the parameters are float64 (e.g. for gradcheck)."""
+        return torch.promote_types(torch.promote_types(emissions.dtype, self.transitions.dtype), torch.float32)
+
+    def _scores(
+        self, forbidden_score: float, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Start (L,), end (L,) and transition (L, L) scores in ``dtype``, forbidden moves set to ``forbidden_score``."""
         return (
-            self.start_transitions.float().masked_fill(~self.start_allowed, forbidden_score),
-            self.end_transitions.float().masked_fill(~self.end_allowed, forbidden_score),
-            self.transitions.float().masked_fill(~self.transition_allowed, forbidden_score),
+            self.start_transitions.to(dtype).masked_fill(~self.start_allowed, forbidden_score),
+            self.end_transitions.to(dtype).masked_fill(~self.end_allowed, forbidden_score),
+            self.transitions.to(dtype).masked_fill(~self.transition_allowed, forbidden_score),
         )
 
     def _validated(
@@ -361,14 +366,16 @@ class ConditionalRandomField(nn.Module):
                 start with `True` and may have holes. 0/1 integer masks are accepted. Defaults to all positions.
 
         Returns:
-            `torch.FloatTensor` of shape `(batch,)`, float32: 0 for sentences without unmasked positions.
+            `torch.FloatTensor` of shape `(batch,)`, float32 (float64 for float64 inputs or parameters): 0 for
+            sentences without unmasked positions.
         """
         mask, tags = self._validated(emissions, mask, tags)
         with _autocast_disabled(emissions):
             order, compact_mask = _left_compaction(mask)
-            emissions = _gather_positions(emissions.float(), order)  # (batch, seq, num_tags)
+            dtype = self._compute_dtype(emissions)
+            emissions = _gather_positions(emissions.to(dtype), order)  # (batch, seq, num_tags)
             tags = _gather_positions(tags.masked_fill(~mask, 0), order)  # (batch, seq)
-            start, end, transitions = self._scores(_LIKELIHOOD_PENALTY)
+            start, end, transitions = self._scores(_LIKELIHOOD_PENALTY, dtype)
             gold = _gold_score(emissions, tags, compact_mask, start, end, transitions)  # (batch,)
             log_partition = _log_partition(emissions, compact_mask, start, end, transitions)  # (batch,)
             # An empty chain has a single, empty tag sequence: probability 1.
@@ -404,8 +411,9 @@ class ConditionalRandomField(nn.Module):
         mask, _ = self._validated(emissions, mask)
         with _autocast_disabled(emissions):
             order, compact_mask = _left_compaction(mask)
-            emissions = _gather_positions(emissions.float(), order)  # (batch, seq, num_tags)
-            path, _, _ = _viterbi(emissions, compact_mask, *self._scores(float("-inf")))  # (batch, seq)
+            dtype = self._compute_dtype(emissions)
+            emissions = _gather_positions(emissions.to(dtype), order)  # (batch, seq, num_tags)
+            path, _, _ = _viterbi(emissions, compact_mask, *self._scores(float("-inf"), dtype))  # (batch, seq)
             return _restore_positions(path, order, compact_mask, IGNORE_TAG)
 
     def max_marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -414,22 +422,24 @@ class ConditionalRandomField(nn.Module):
         Entry ``[b, i, y]`` is the score of the best tag sequence of sentence ``b`` that has tag ``y`` at position
         ``i``, minus the score of the best sequence: at most 0, and exactly 0 on the `decode` path, which wins exact
         ties (other tags are then just below 0), so ``max_marginals(...).argmax(-1)`` equals `decode` at every
-        unmasked position. Tags that no allowed sequence can reach get the lowest float32 value rather than -inf.
+        unmasked position. Tags that no allowed sequence can reach get the lowest finite value rather than -inf.
 
         Args:
             emissions (`torch.Tensor` of shape `(batch, seq, num_tags)`): tag scores of each position, any float dtype.
             mask (`torch.BoolTensor` of shape `(batch, seq)`, *optional*): as in `log_likelihood`.
 
         Returns:
-            `torch.FloatTensor` of shape `(batch, seq, num_tags)`, float32: 0 at masked positions.
+            `torch.FloatTensor` of shape `(batch, seq, num_tags)`, float32 (float64 for float64 inputs or parameters):
+            0 at masked positions.
         """
         mask, _ = self._validated(emissions, mask)
         with _autocast_disabled(emissions):
             order, compact_mask = _left_compaction(mask)
-            emissions = _gather_positions(emissions.float(), order)  # (batch, seq, num_tags)
-            start, end, transitions = self._scores(float("-inf"))
+            dtype = self._compute_dtype(emissions)
+            emissions = _gather_positions(emissions.to(dtype), order)  # (batch, seq, num_tags)
+            start, end, transitions = self._scores(float("-inf"), dtype)
             path, forward_scores, best_score = _viterbi(emissions, compact_mask, start, end, transitions)
             backward_scores = _max_backward(emissions, compact_mask, end, transitions)  # (batch, seq, num_tags)
             max_marginals = forward_scores + backward_scores - best_score[:, None, None]
-            max_marginals = _favour_path(max_marginals, path).clamp(min=torch.finfo(torch.float32).min)
+            max_marginals = _favour_path(max_marginals, path).clamp(min=torch.finfo(dtype).min)
             return _restore_positions(max_marginals, order, compact_mask, 0.0)

@@ -13,6 +13,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
 from .configuration_slstm import SLSTMConfig
+from .crf import ConditionalRandomField
 from .heads import SequenceClassificationHeadMixin, TokenClassificationHeadMixin, masked_mean
 
 
@@ -198,9 +199,8 @@ class SLSTMPreTrainedModel(PreTrainedModel):
     `_init_weights` choices: gate matrices (`nn.Linear`) uniform in `±1/sqrt(hidden_size)`, as `torch.nn.LSTM`
     initialises its gates, so that every gate starts in sigmoid's linear range whatever the window or node count;
     biases zero; word embeddings normal with `config.initializer_range` (replaced by pretrained vectors when given)
-    and a zero padding row; the learned initial state `h^0` zero; CRF transitions and start/end scores zero, so that
-    training starts from the plain softmax tagger and learns which moves matter (forbidden moves are masked
-    separately, not initialised).
+    and a zero padding row; the learned initial state `h^0` zero; the CRF's own `reset_parameters` (pytorch-crf's uniform
+    `±0.1` scores, and the scheme constraints, which are masks rather than parameters).
     """
 
     config_class = SLSTMConfig
@@ -220,9 +220,9 @@ class SLSTMPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, SLSTMModel):
             init.zeros_(module.initial_state)
-        elif type(module).__name__ == "ConditionalRandomField":
-            for parameter in (module.start_transitions, module.end_transitions, module.transitions):
-                init.zeros_(parameter)
+        elif isinstance(module, ConditionalRandomField):
+            # Also rewrites the constraint buffers, which checkpoints do not hold.
+            module.reset_parameters()
 
 
 class SLSTMModel(SLSTMPreTrainedModel):

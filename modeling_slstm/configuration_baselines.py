@@ -1,0 +1,152 @@
+"""Configuration of the baseline encoders the S-LSTM paper compares with (BiLSTM, stacked CNN, Transformer)."""
+
+from transformers import PreTrainedConfig
+
+BASELINE_ENCODER_TYPES = ("bilstm", "cnn", "transformer")
+BASELINE_POSITION_EMBEDDINGS = ("sinusoidal", "learned")
+CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
+
+
+class BaselineEncoderConfig(PreTrainedConfig):
+    r"""
+    Configuration of a baseline encoder and its task heads. The heads are the S-LSTM heads ([`heads`]), so a baseline
+    and an S-LSTM model with the same head fields are trained and evaluated the same way; only the encoder differs.
+
+    Args:
+        encoder_type (`str`, *optional*, defaults to `"bilstm"`):
+            `"bilstm"` (stacked bidirectional `torch.nn.LSTM`, `hidden_size // 2` per direction, packed sequences),
+            `"cnn"` (stacked 1-d convolutions with ReLU, padding zeroed before every convolution) or
+            `"transformer"` (`torch.nn.TransformerEncoder` with a key-padding mask).
+        num_layers (`int`, *optional*, defaults to 1):
+            Stacked layers (LSTM layers, convolution layers or Transformer layers).
+        vocab_size (`int`, *optional*, defaults to 30000), embedding_dim (`int`, *optional*, defaults to 300):
+            Word embedding matrix, as for S-LSTM.
+        hidden_size (`int`, *optional*, defaults to 300):
+            Width of the encoder's outputs (what the heads read). For a BiLSTM it must be even: each direction has
+            `hidden_size // 2` units and their outputs are concatenated, as in the paper's BiLSTM baselines.
+        embedding_dropout (`float`, *optional*, defaults to 0.5):
+            Dropout on the word representations (as S-LSTM's `embedding_dropout`).
+        hidden_dropout (`float`, *optional*, defaults to 0.0):
+            Dropout between stacked layers (BiLSTM, CNN) or inside the Transformer layers.
+        kernel_size (`int`, *optional*, defaults to 3):
+            CNN kernel width (odd, so that outputs stay aligned with the words).
+        num_attention_heads (`int`, *optional*, defaults to 6):
+            Transformer heads; must divide `hidden_size`.
+        intermediate_size (`int`, *optional*):
+            Transformer feed-forward width; defaults to `2 * hidden_size`.
+        position_embedding_type (`str`, *optional*, defaults to `"sinusoidal"`):
+            Transformer positions: fixed `"sinusoidal"` or `"learned"` (`max_position_embeddings` rows).
+        max_position_embeddings (`int`, *optional*, defaults to 1024):
+            Longest input for learned positions.
+        classifier_dropout, classifier_pooling, use_crf, crf_constraints, initializer_range, pad_token_id,
+        bos_token_id, eos_token_id: the head and embedding fields, with the same meaning and defaults as
+            [`SLSTMConfig`]. `classifier_pooling="sentence"` reads the encoder's `pooler_output`: for a BiLSTM the
+            final forward state concatenated with the final backward state; for a CNN or a Transformer the masked
+            mean of the outputs (they have no sentence state).
+
+    Example:
+
+    ```python
+    >>> from modeling_slstm.configuration_baselines import BaselineEncoderConfig
+    >>> from modeling_slstm.modeling_baselines import BaselineModel
+
+    >>> config = BaselineEncoderConfig(encoder_type="bilstm", num_layers=2, vocab_size=1000, hidden_size=64)
+    >>> model = BaselineModel(config)
+    ```
+    """
+
+    model_type = "slstm_baseline_encoder"
+
+    def __init__(
+        self,
+        encoder_type: str = "bilstm",
+        num_layers: int = 1,
+        vocab_size: int = 30000,
+        embedding_dim: int = 300,
+        hidden_size: int = 300,
+        embedding_dropout: float = 0.5,
+        hidden_dropout: float = 0.0,
+        kernel_size: int = 3,
+        num_attention_heads: int = 6,
+        intermediate_size: int | None = None,
+        position_embedding_type: str = "sinusoidal",
+        max_position_embeddings: int = 1024,
+        classifier_dropout: float = 0.0,
+        classifier_pooling: str = "sentence",
+        use_crf: bool = False,
+        crf_constraints: bool = True,
+        initializer_range: float = 0.1,
+        pad_token_id: int = 0,
+        bos_token_id: int = 2,
+        eos_token_id: int = 3,
+        **kwargs,
+    ):
+        self.encoder_type = encoder_type
+        self.num_layers = num_layers
+        self.vocab_size = vocab_size
+        self.embedding_dim = embedding_dim
+        self.hidden_size = hidden_size
+        self.embedding_dropout = embedding_dropout
+        self.hidden_dropout = hidden_dropout
+        self.kernel_size = kernel_size
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size if intermediate_size is not None else 2 * hidden_size
+        self.position_embedding_type = position_embedding_type
+        self.max_position_embeddings = max_position_embeddings
+        self.classifier_dropout = classifier_dropout
+        self.classifier_pooling = classifier_pooling
+        self.use_crf = use_crf
+        self.crf_constraints = crf_constraints
+        self.initializer_range = initializer_range
+        self.pad_token_id = pad_token_id
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        super().__init__(**kwargs)
+        self._validate_baseline_settings()
+
+    def _validate_baseline_settings(self):
+        if self.encoder_type not in BASELINE_ENCODER_TYPES:
+            raise ValueError(
+                f"BaselineEncoderConfig.encoder_type must be one of {BASELINE_ENCODER_TYPES}, got {self.encoder_type!r}"
+            )
+        minimums = {
+            "num_layers": 1,
+            "vocab_size": 1,
+            "embedding_dim": 1,
+            "hidden_size": 1,
+            "kernel_size": 1,
+            "num_attention_heads": 1,
+            "intermediate_size": 1,
+            "max_position_embeddings": 1,
+        }
+        for name, minimum in minimums.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ValueError(f"BaselineEncoderConfig.{name} must be an integer >= {minimum}, got {value!r}")
+        for name in ("embedding_dropout", "hidden_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"BaselineEncoderConfig.{name} must be in [0, 1), got {value!r}")
+        if self.encoder_type == "bilstm" and self.hidden_size % 2:
+            raise ValueError(
+                f"A BiLSTM splits hidden_size between its two directions: it must be even, got {self.hidden_size}"
+            )
+        if self.encoder_type == "cnn" and self.kernel_size % 2 == 0:
+            raise ValueError(f"BaselineEncoderConfig.kernel_size must be odd, got {self.kernel_size}")
+        if self.encoder_type == "transformer" and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must divide hidden_size ({self.hidden_size})"
+            )
+        if self.position_embedding_type not in BASELINE_POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"BaselineEncoderConfig.position_embedding_type must be one of {BASELINE_POSITION_EMBEDDINGS}, "
+                f"got {self.position_embedding_type!r}"
+            )
+        if self.classifier_pooling not in CLASSIFIER_POOLINGS:
+            raise ValueError(
+                f"BaselineEncoderConfig.classifier_pooling must be one of {CLASSIFIER_POOLINGS}, "
+                f"got {self.classifier_pooling!r}"
+            )
+
+
+__all__ = ["BaselineEncoderConfig"]

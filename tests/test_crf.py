@@ -1,0 +1,318 @@
+"""Tests of `modeling_slstm.crf.ConditionalRandomField` against brute-force enumeration and pytorch-crf."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from modeling_slstm.crf import IGNORE_TAG, ConditionalRandomField
+from modeling_slstm.tag_schemes import allowed_transitions
+
+
+BIO_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+BIOES_LABELS = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC", "S-LOC"]
+
+# Masks of 5 positions: full, right padding, left padding, holes, a single position, none.
+MASKS = torch.tensor(
+    [
+        [1, 1, 1, 1, 1],
+        [1, 1, 1, 0, 0],
+        [0, 0, 1, 1, 1],
+        [0, 1, 0, 1, 1],
+        [1, 0, 1, 0, 1],
+        [0, 0, 0, 1, 0],
+        [0, 0, 0, 0, 0],
+    ],
+    dtype=torch.bool,
+)
+
+
+def random_crf(num_tags, labels=None, scale=1.0, seed=0):
+    """A CRF with random parameters of standard deviation ``scale``, constrained by ``labels`` if given."""
+    torch.manual_seed(seed)
+    crf = ConditionalRandomField.from_labels(labels) if labels else ConditionalRandomField(num_tags)
+    with torch.no_grad():
+        for parameter in crf.parameters():
+            parameter.normal_(0.0, scale)
+    return crf
+
+
+def enumerate_paths(crf, emissions, mask, only_allowed=False):
+    """All tag paths over the unmasked positions of one sentence and their float64 scores.
+
+    Args:
+        emissions: (seq, num_tags); mask: (seq,) bool.
+
+    Returns:
+        positions (k,), paths (S, k), scores (S,); with ``only_allowed``, only paths the constraints allow.
+    """
+    positions = mask.nonzero().squeeze(1)
+    paths = torch.tensor(list(itertools.product(range(crf.num_tags), repeat=len(positions))), dtype=torch.long)
+    paths = paths.view(-1, len(positions))  # (S, k)
+    start, end, transitions = (p.detach().double() for p in (crf.start_transitions, crf.end_transitions, crf.transitions))
+    selected = emissions.detach().double()[positions]  # (k, num_tags)
+    scores = selected.gather(1, paths.T).sum(0) + start[paths[:, 0]] + end[paths[:, -1]]
+    scores = scores + transitions[paths[:, :-1], paths[:, 1:]].sum(1)
+    if only_allowed:
+        keep = torch.tensor([is_allowed(crf, path.tolist()) for path in paths])
+        paths, scores = paths[keep], scores[keep]
+    return positions, paths, scores
+
+
+def is_allowed(crf, path):
+    """Whether a tag path (over unmasked positions) respects the CRF's constraints."""
+    if crf.allowed_transitions is None or not path:
+        return True
+    start_allowed, end_allowed, transition_allowed = crf.allowed_transitions
+    return (
+        start_allowed[path[0]]
+        and end_allowed[path[-1]]
+        and all(transition_allowed[a][b] for a, b in zip(path[:-1], path[1:]))
+    )
+
+
+def brute_force_decode(crf, emissions, mask, only_allowed=False):
+    """(seq,) best path by enumeration, IGNORE_TAG at masked positions."""
+    decoded = torch.full(mask.shape, IGNORE_TAG, dtype=torch.long)
+    if mask.any():
+        positions, paths, scores = enumerate_paths(crf, emissions, mask, only_allowed)
+        decoded[positions] = paths[scores.argmax()]
+    return decoded
+
+
+@pytest.mark.parametrize("num_tags", [3, 4])
+def test_log_likelihood_matches_brute_force(num_tags):
+    crf = random_crf(num_tags, seed=num_tags)
+    emissions = torch.randn(len(MASKS), 5, num_tags)
+    tags = torch.randint(num_tags, (len(MASKS), 5)).masked_fill(~MASKS, IGNORE_TAG)
+    log_likelihood = crf.log_likelihood(emissions, tags, MASKS)
+    assert log_likelihood.dtype == torch.float32
+    for sentence, mask in enumerate(MASKS):
+        if not mask.any():
+            assert log_likelihood[sentence] == 0.0
+            continue
+        positions, paths, scores = enumerate_paths(crf, emissions[sentence], mask)
+        gold = scores[(paths == tags[sentence, positions]).all(1)].item()
+        expected = gold - torch.logsumexp(scores, 0).item()
+        assert log_likelihood[sentence].item() == pytest.approx(expected, abs=1e-4)
+
+
+@pytest.mark.parametrize("num_tags", [3, 4])
+def test_decode_and_max_marginals_match_brute_force(num_tags):
+    crf = random_crf(num_tags, seed=10 + num_tags)
+    emissions = torch.randn(len(MASKS), 5, num_tags)
+    decoded = crf.decode(emissions, MASKS)
+    max_marginals = crf.max_marginals(emissions, MASKS)
+    assert max_marginals.shape == emissions.shape and max_marginals.dtype == torch.float32
+    for sentence, mask in enumerate(MASKS):
+        assert torch.equal(decoded[sentence], brute_force_decode(crf, emissions[sentence], mask))
+        assert torch.all(max_marginals[sentence, ~mask] == 0.0)
+        if not mask.any():
+            continue
+        positions, paths, scores = enumerate_paths(crf, emissions[sentence], mask)
+        for index, position in enumerate(positions):
+            # Best score of a path with each tag at this position, relative to the best path.
+            expected = torch.stack([scores[paths[:, index] == tag].max() for tag in range(num_tags)]) - scores.max()
+            torch.testing.assert_close(max_marginals[sentence, position].double(), expected, atol=1e-4, rtol=0)
+    assert torch.equal(max_marginals.argmax(-1)[MASKS], decoded[MASKS])
+
+
+def test_masked_positions_do_not_matter():
+    crf = random_crf(4, seed=3)
+    emissions = torch.randn(len(MASKS), 5, 4)
+    tags = torch.randint(4, (len(MASKS), 5))
+    noisy_emissions = torch.where(MASKS[..., None], emissions, torch.randn_like(emissions) * 100)
+    noisy_tags = tags.masked_fill(~MASKS, IGNORE_TAG)
+    torch.testing.assert_close(crf.log_likelihood(noisy_emissions, noisy_tags, MASKS), crf.log_likelihood(emissions, tags, MASKS))
+    assert torch.equal(crf.decode(noisy_emissions, MASKS), crf.decode(emissions, MASKS))
+    torch.testing.assert_close(crf.max_marginals(noisy_emissions, MASKS), crf.max_marginals(emissions, MASKS))
+
+
+def test_agrees_with_pytorch_crf():
+    torchcrf = pytest.importorskip("torchcrf")
+    num_tags, batch, length = 5, 6, 9
+    crf = random_crf(num_tags, seed=4)
+    reference = torchcrf.CRF(num_tags, batch_first=True)
+    reference.load_state_dict(crf.state_dict())
+    emissions = torch.randn(batch, length, num_tags)
+    tags = torch.randint(num_tags, (batch, length))
+    lengths = torch.tensor([9, 1, 5, 9, 3, 7])
+    mask = torch.arange(length) < lengths[:, None]  # starts with True, as pytorch-crf requires
+    torch.testing.assert_close(
+        -crf(emissions, tags, mask, reduction="sum"), reference(emissions, tags, mask, reduction="sum")
+    )
+    decoded = crf.decode(emissions, mask)
+    assert [row[row != IGNORE_TAG].tolist() for row in decoded] == reference.decode(emissions, mask)
+
+
+def test_ties_are_broken_towards_the_viterbi_path():
+    # Tags must alternate, so [0, 1, 0] and [1, 0, 1] tie as best paths: every max-marginal of an unmasked position
+    # is 0 and a plain argmax would pick tag 0 everywhere, which is not a best path.
+    crf = ConditionalRandomField(2)
+    with torch.no_grad():
+        for parameter in crf.parameters():
+            parameter.zero_()
+        crf.transitions.fill_diagonal_(-5.0)
+    emissions = torch.zeros(2, 4, 2)
+    mask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.bool)
+    decoded, max_marginals = crf.decode(emissions, mask), crf.max_marginals(emissions, mask)
+    assert torch.equal(max_marginals.argmax(-1)[mask], decoded[mask])
+    assert torch.equal(max_marginals.half().argmax(-1)[mask], decoded[mask])
+    assert torch.all(max_marginals[mask].amax(-1) == 0.0)
+    assert torch.all(max_marginals[mask].amin(-1) > -1e-3)
+
+
+@pytest.mark.parametrize("labels", [BIO_LABELS, BIOES_LABELS], ids=["BIO", "BIOES"])
+def test_constrained_decoding_never_violates(labels):
+    # Large random transitions favour forbidden moves as often as allowed ones.
+    crf = random_crf(len(labels), labels, scale=3.0, seed=5)
+    emissions = torch.randn(64, 12, len(labels)) * 3
+    mask = torch.rand(64, 12) < 0.8
+    decoded = crf.decode(emissions, mask)
+    max_marginals = crf.max_marginals(emissions, mask)
+    for row, row_mask in zip(decoded, mask):
+        assert is_allowed(crf, row[row_mask].tolist())
+    assert torch.equal(max_marginals.argmax(-1)[mask], decoded[mask])
+    assert torch.isfinite(max_marginals).all()
+
+
+@pytest.mark.parametrize("labels", [BIO_LABELS, BIOES_LABELS], ids=["BIO", "BIOES"])
+def test_constraints_match_brute_force_over_allowed_paths(labels):
+    crf = random_crf(len(labels), labels, scale=2.0, seed=6)
+    masks = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 0], [1, 0, 0, 1], [0, 0, 1, 0]], dtype=torch.bool)
+    emissions = torch.randn(len(masks), 4, len(labels)) * 2
+    decoded = crf.decode(emissions, masks)
+    max_marginals = crf.max_marginals(emissions, masks)
+    log_likelihood = crf.log_likelihood(emissions, decoded, masks)
+    for sentence, mask in enumerate(masks):
+        expected = brute_force_decode(crf, emissions[sentence], mask, only_allowed=True)
+        assert torch.equal(decoded[sentence], expected)
+        _, _, scores = enumerate_paths(crf, emissions[sentence], mask, only_allowed=True)
+        # Forbidden paths carry a -1e4 penalty, so they vanish from the partition function.
+        expected_log_likelihood = (scores.max() - torch.logsumexp(scores, 0)).item()
+        assert log_likelihood[sentence].item() == pytest.approx(expected_log_likelihood, abs=1e-4)
+    assert torch.equal(max_marginals.argmax(-1)[masks], decoded[masks])
+
+
+def test_forbidden_gold_sequence_gives_large_finite_loss():
+    crf = ConditionalRandomField.from_labels(BIO_LABELS)
+    emissions = torch.randn(2, 3, len(BIO_LABELS), requires_grad=True)
+    tags = torch.tensor([[0, 2, 2], [1, 2, 0]])  # O I-PER: forbidden; B-PER I-PER O: allowed
+    loss = crf(emissions, tags, reduction="none")
+    assert torch.isfinite(loss).all()
+    assert loss[0] > 1e3 > loss[1]
+    loss.sum().backward()
+    assert torch.isfinite(emissions.grad).all()
+    assert all(torch.isfinite(parameter.grad).all() for parameter in crf.parameters())
+
+
+def test_from_labels():
+    assert ConditionalRandomField.from_labels(BIO_LABELS).allowed_transitions == allowed_transitions(BIO_LABELS)
+    assert ConditionalRandomField.from_labels(BIO_LABELS, use_constraints=False).allowed_transitions is None
+    unconstrained = ConditionalRandomField.from_labels(["NN", "VB", "DT"])
+    assert unconstrained.num_tags == 3 and unconstrained.allowed_transitions is None
+    assert unconstrained.transition_allowed.all()
+
+
+def test_checkpoint_holds_only_parameters_and_meta_init_recovers_constraints():
+    crf = ConditionalRandomField.from_labels(BIOES_LABELS)
+    assert set(crf.state_dict()) == {"start_transitions", "end_transitions", "transitions"}
+    # What transformers does when loading: build on the meta device, materialise uninitialised, then initialise.
+    with torch.device("meta"):
+        loaded = ConditionalRandomField.from_labels(BIOES_LABELS)
+    loaded = loaded.to_empty(device="cpu")
+    loaded.reset_parameters()
+    loaded.load_state_dict(crf.state_dict())
+    for name in ("start_allowed", "end_allowed", "transition_allowed"):
+        assert torch.equal(getattr(loaded, name), getattr(crf, name))
+
+
+def test_low_precision_and_autocast_compute_in_float32():
+    crf = random_crf(4, seed=7)
+    emissions = torch.randn(3, 6, 4)
+    tags = torch.randint(4, (3, 6))
+    mask = torch.rand(3, 6) < 0.7
+    expected_log_likelihood = crf.log_likelihood(emissions.bfloat16().float(), tags, mask)
+    expected_max_marginals = crf.max_marginals(emissions.bfloat16().float(), mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        log_likelihood = crf.log_likelihood(emissions.bfloat16(), tags, mask)
+        max_marginals = crf.max_marginals(emissions.bfloat16(), mask)
+        decoded = crf.decode(emissions.bfloat16(), mask)
+    assert log_likelihood.dtype == max_marginals.dtype == torch.float32
+    torch.testing.assert_close(log_likelihood, expected_log_likelihood)
+    torch.testing.assert_close(max_marginals, expected_max_marginals)
+    assert torch.equal(decoded, crf.decode(emissions.bfloat16().float(), mask))
+    assert crf.log_likelihood(emissions.half(), tags, mask).dtype == torch.float32
+
+
+def test_gradcheck_float64():
+    crf = random_crf(3, seed=8).double()
+    emissions = torch.randn(3, 4, 3, dtype=torch.float64, requires_grad=True)
+    tags = torch.randint(3, (3, 4))
+    mask = torch.tensor([[1, 1, 0, 1], [0, 1, 1, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    assert torch.autograd.gradcheck(lambda emissions: crf.log_likelihood(emissions, tags, mask), (emissions,))
+
+    def negative_log_likelihood(start_transitions, end_transitions, transitions):
+        parameters = {
+            "start_transitions": start_transitions,
+            "end_transitions": end_transitions,
+            "transitions": transitions,
+        }
+        return torch.func.functional_call(crf, parameters, (emissions.detach(), tags, mask), {"reduction": "none"})
+
+    parameters = tuple(parameter.detach().clone().requires_grad_() for parameter in crf.parameters())
+    assert torch.autograd.gradcheck(negative_log_likelihood, parameters)
+
+
+def test_forward_reductions_and_integer_masks():
+    crf = random_crf(3, seed=9)
+    emissions = torch.randn(len(MASKS), 5, 3)
+    tags = torch.randint(3, (len(MASKS), 5))
+    log_likelihood = crf.log_likelihood(emissions, tags, MASKS)
+    torch.testing.assert_close(crf(emissions, tags, MASKS), -log_likelihood.mean())
+    torch.testing.assert_close(crf(emissions, tags, MASKS, reduction="sum"), -log_likelihood.sum())
+    torch.testing.assert_close(crf(emissions, tags, MASKS, reduction="none"), -log_likelihood)
+    torch.testing.assert_close(crf.log_likelihood(emissions, tags, MASKS.long()), log_likelihood)
+    assert torch.equal(crf.decode(emissions, MASKS.to(torch.uint8)), crf.decode(emissions, MASKS))
+    full = torch.ones(len(MASKS), 5, dtype=torch.bool)
+    torch.testing.assert_close(crf.log_likelihood(emissions, tags), crf.log_likelihood(emissions, tags, full))
+    assert torch.equal(crf.decode(emissions), crf.decode(emissions, full))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda crf: crf.decode(torch.randn(2, 3)), "3-D tensor"),
+        (lambda crf: crf.decode(torch.randn(2, 3, 4)), "num_tags=3"),
+        (lambda crf: crf.decode(torch.randn(2, 0, 3)), "at least one position"),
+        (lambda crf: crf.decode(torch.ones(2, 3, 3, dtype=torch.long)), "floating-point"),
+        (lambda crf: crf.decode(torch.randn(2, 3, 3), torch.ones(2, 4, dtype=torch.bool)), "mask must have"),
+        (lambda crf: crf.decode(torch.randn(2, 3, 3), torch.ones(2, 3)), "bool or 0/1 integer"),
+        (lambda crf: crf.decode(torch.randn(2, 3, 3), torch.full((2, 3), 2)), "only 0 and 1"),
+        (lambda crf: crf.log_likelihood(torch.randn(2, 3, 3), torch.zeros(2, 4, dtype=torch.long)), "tags must have"),
+        (lambda crf: crf.log_likelihood(torch.randn(2, 3, 3), torch.zeros(2, 3)), "integer tensor"),
+        (lambda crf: crf.log_likelihood(torch.randn(2, 3, 3), torch.tensor([[0, 1, 7], [0, 0, 0]])), "got [7]"),
+        (lambda crf: crf.log_likelihood(torch.randn(1, 2, 3), torch.tensor([[-100, 0]])), "got [-100]"),
+        (lambda crf: crf(torch.randn(1, 2, 3), torch.zeros(1, 2, dtype=torch.long), reduction="avg"), "'avg'"),
+        (lambda crf: ConditionalRandomField(0), "positive integer, got 0"),
+        (lambda crf: ConditionalRandomField(2, ([True], [True])), "triple"),
+        (lambda crf: ConditionalRandomField(2, ([True] * 2, [True] * 2, [[True] * 3] * 2)), "(2, 3)"),
+    ],
+)
+def test_validation_errors(call, message):
+    with pytest.raises(ValueError) as error:
+        call(ConditionalRandomField(3))
+    assert message in str(error.value)
+
+
+def test_all_masked_batch_has_zero_loss_and_finite_gradients():
+    crf = ConditionalRandomField.from_labels(BIO_LABELS)
+    emissions = torch.randn(2, 3, len(BIO_LABELS), requires_grad=True)
+    mask = torch.zeros(2, 3, dtype=torch.bool)
+    loss = crf(emissions, torch.full((2, 3), IGNORE_TAG), mask)
+    assert loss.item() == 0.0
+    loss.backward()
+    assert torch.all(emissions.grad == 0)
+    assert torch.all(crf.decode(emissions, mask) == IGNORE_TAG)
+    assert math.isfinite(crf.max_marginals(emissions, mask).abs().sum().item())
