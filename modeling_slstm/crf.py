@@ -178,7 +178,7 @@ def _favour_path(max_marginals: torch.Tensor, path: torch.Tensor) -> torch.Tenso
     """Exactly 0 on ``path`` (batch, seq) and at most ``-_TIE_MARGIN`` elsewhere, so that argmax recovers ``path``
     despite exact ties and rounding in ``max_marginals`` (batch, seq, num_tags)."""
     on_path = nn.functional.one_hot(path, max_marginals.size(-1)).bool()  # (batch, seq, num_tags)
-    return max_marginals
+    return torch.where(on_path, 0.0, max_marginals.clamp(max=-_TIE_MARGIN))
 
 
 def _constraint_lists(
@@ -273,14 +273,10 @@ class ConditionalRandomField(nn.Module):
         nn.init.uniform_(self.start_transitions, -0.1, 0.1)
         nn.init.uniform_(self.end_transitions, -0.1, 0.1)
         nn.init.uniform_(self.transitions, -0.1, 0.1)
-        if self.allowed_transitions is None:
-            for buffer in (self.start_allowed, self.end_allowed, self.transition_allowed):
-                buffer.fill_(True)
-        else:
-            for buffer, values in zip(
-                (self.start_allowed, self.end_allowed, self.transition_allowed), self.allowed_transitions
-            ):
-                buffer.copy_(torch.tensor(values, dtype=torch.bool))
+        # Without constraints a scalar True broadcasts over each buffer: every move is allowed.
+        constraints = self.allowed_transitions or (True, True, True)
+        for buffer, values in zip((self.start_allowed, self.end_allowed, self.transition_allowed), constraints):
+            buffer.copy_(torch.tensor(values, dtype=torch.bool))
 
     def extra_repr(self) -> str:
         return f"num_tags={self.num_tags}, constrained={self.allowed_transitions is not None}"
@@ -292,7 +288,8 @@ class ConditionalRandomField(nn.Module):
     def _scores(
         self, forbidden_score: float, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Start (L,), end (L,) and transition (L, L) scores in ``dtype``, forbidden moves set to ``forbidden_score``."""
+        """Start (L,), end (L,) and transition (L, L) scores in ``dtype``; forbidden moves score
+        ``forbidden_score``."""
         return (
             self.start_transitions.to(dtype).masked_fill(~self.start_allowed, forbidden_score),
             self.end_transitions.to(dtype).masked_fill(~self.end_allowed, forbidden_score),

@@ -1,8 +1,8 @@
 """Span tagging schemes (IOB1, IOB2/BIO, BIOES/IOBES): parsing, detection, conversion and CRF constraints.
 
 A tag is either ``"O"`` (outside any entity) or ``"<prefix>-<type>"`` with a prefix among ``B`` (begin), ``I``
-(inside), ``E`` (end) and ``S`` (single-token entity). Entity types may themselves contain ``-`` (``"B-creative-work"``),
-so a tag is split on its first ``-`` only.
+(inside), ``E`` (end) and ``S`` (single-token entity). Entity types may themselves contain ``-``
+(``"B-creative-work"``), so a tag is split on its first ``-`` only.
 
 The three schemes differ in how they mark entity boundaries:
 
@@ -225,8 +225,8 @@ def allowed_transitions(labels: Sequence[str]) -> tuple[list[bool], list[bool], 
     """Which tags may start or end a sequence and which may follow which, under the scheme of ``labels``.
 
     IOB2: a sequence cannot start with ``I-X``, and ``I-X`` only follows ``B-X`` or ``I-X``. BIOES: a sequence starts
-    with ``O``/``B``/``S`` and ends with ``O``/``E``/``S``; ``B-X`` and ``I-X`` are followed only by ``I-X`` or ``E-X``;
-    ``O``, ``E`` and ``S`` only by ``O``, ``B`` or ``S``. Continuations must keep the entity type.
+    with ``O``/``B``/``S`` and ends with ``O``/``E``/``S``; ``B-X`` and ``I-X`` are followed only by ``I-X`` or
+    ``E-X``; ``O``, ``E`` and ``S`` only by ``O``, ``B`` or ``S``. Continuations must keep the entity type.
 
     Args:
         labels (`Sequence[str]`): the label of each tag id, e.g. ``[config.id2label[i] for i in range(num_labels)]``.

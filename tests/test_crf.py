@@ -50,7 +50,9 @@ def enumerate_paths(crf, emissions, mask, only_allowed=False):
     positions = mask.nonzero().squeeze(1)
     paths = torch.tensor(list(itertools.product(range(crf.num_tags), repeat=len(positions))), dtype=torch.long)
     paths = paths.view(-1, len(positions))  # (S, k)
-    start, end, transitions = (p.detach().double() for p in (crf.start_transitions, crf.end_transitions, crf.transitions))
+    start, end, transitions = (
+        parameter.detach().double() for parameter in (crf.start_transitions, crf.end_transitions, crf.transitions)
+    )
     selected = emissions.detach().double()[positions]  # (k, num_tags)
     scores = selected.gather(1, paths.T).sum(0) + start[paths[:, 0]] + end[paths[:, -1]]
     scores = scores + transitions[paths[:, :-1], paths[:, 1:]].sum(1)
@@ -124,7 +126,9 @@ def test_masked_positions_do_not_matter():
     tags = torch.randint(4, (len(MASKS), 5))
     noisy_emissions = torch.where(MASKS[..., None], emissions, torch.randn_like(emissions) * 100)
     noisy_tags = tags.masked_fill(~MASKS, IGNORE_TAG)
-    torch.testing.assert_close(crf.log_likelihood(noisy_emissions, noisy_tags, MASKS), crf.log_likelihood(emissions, tags, MASKS))
+    torch.testing.assert_close(
+        crf.log_likelihood(noisy_emissions, noisy_tags, MASKS), crf.log_likelihood(emissions, tags, MASKS)
+    )
     assert torch.equal(crf.decode(noisy_emissions, MASKS), crf.decode(emissions, MASKS))
     torch.testing.assert_close(crf.max_marginals(noisy_emissions, MASKS), crf.max_marginals(emissions, MASKS))
 
