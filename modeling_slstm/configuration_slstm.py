@@ -4,6 +4,14 @@ from transformers import PreTrainedConfig
 
 GATE_NORMALIZATIONS = ("sigmoid_softmax", "softmax")
 CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
+# Written into every saved config, so that any S-LSTM checkpoint loads with trust_remote_code through every Auto
+# class, not only through the one of the class that saved it (which is all `save_pretrained` records by itself).
+AUTO_MAP = {
+    "AutoConfig": "configuration_slstm.SLSTMConfig",
+    "AutoModel": "modeling_slstm.SLSTMModel",
+    "AutoModelForSequenceClassification": "modeling_slstm.SLSTMForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_slstm.SLSTMForTokenClassification",
+}
 
 
 class SLSTMConfig(PreTrainedConfig):
@@ -110,6 +118,7 @@ class SLSTMConfig(PreTrainedConfig):
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
+        kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(**kwargs)
         self._validate_slstm_settings()
 

@@ -39,7 +39,8 @@ class AdditiveAttentionPooling(nn.Module):
         """`(batch, seq, hidden)`, bool `(batch, seq)` -> `(batch, hidden)`."""
         scores = self.query(torch.tanh(self.projection(states))).squeeze(-1)  # (batch, seq)
         scores = scores.masked_fill(~attention_mask, float("-inf"))
-        weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(states.dtype)  # (batch, seq)
+        dtype = torch.promote_types(scores.dtype, torch.float32)  # float64 stays float64
+        weights = torch.softmax(scores, dim=-1, dtype=dtype).to(states.dtype)  # (batch, seq)
         return torch.einsum("bs,bsh->bh", weights, states)
 
 

@@ -1,0 +1,77 @@
+"""Tiny S-LSTM configs, models and batches shared by the model tests (imported as `helpers`)."""
+
+import torch
+
+from modeling_slstm import SLSTMConfig
+
+VOCAB_SIZE = 20
+PAD, BOS, EOS = 0, 2, 3  # the config defaults (the word tokenizer's fixed ids)
+BIO_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def tiny_config(**overrides) -> SLSTMConfig:
+    """A small config without dropout; `overrides` replace any setting."""
+    settings = dict(
+        vocab_size=VOCAB_SIZE,
+        embedding_dim=5,
+        hidden_size=6,
+        num_steps=3,
+        window_size=1,
+        num_sentence_nodes=1,
+        embedding_dropout=0.0,
+        hidden_dropout=0.0,
+        classifier_dropout=0.0,
+    )
+    settings.update(overrides)
+    return SLSTMConfig(**settings)
+
+
+def tagger_config(**overrides) -> SLSTMConfig:
+    """`tiny_config` with the BIO labels of `BIO_LABELS`."""
+    labels = dict(id2label=dict(enumerate(BIO_LABELS)), label2id={label: i for i, label in enumerate(BIO_LABELS)})
+    return tiny_config(**{**labels, **overrides})
+
+
+def randomize_(model: torch.nn.Module, seed: int = 0, scale: float = 0.5) -> torch.nn.Module:
+    """Overwrite every parameter (biases, `initial_state` and CRF scores included) with N(0, scale²) draws, so that
+    no term of the recurrence is hidden by a zero initialisation. Keeps the embedding's padding row at zero."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            draw = torch.randn(parameter.shape, generator=generator, dtype=torch.float64) * scale
+            parameter.copy_(draw.to(parameter.dtype))
+        for module in model.modules():
+            if isinstance(module, torch.nn.Embedding) and module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
+    return model
+
+
+def build(model_class, config: SLSTMConfig | None = None, seed: int = 0, dtype=torch.float32, **overrides):
+    """`model_class(config)` with random weights (see `randomize_`), in `dtype` and eval mode."""
+    config = config if config is not None else tiny_config(**overrides)
+    torch.manual_seed(seed)
+    model = model_class(config).to(dtype)
+    return randomize_(model, seed).eval()
+
+
+def random_ids(lengths, seed: int = 0, low: int = 4) -> list[list[int]]:
+    """One list of non-special token ids per length."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(low, VOCAB_SIZE, (n,), generator=generator).tolist() for n in lengths]
+
+
+def pad(sequences, side: str = "right", value: int = PAD) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack lists of ids (or labels) into `(batch, max_len)` with `value` on `side`, plus the bool real-token mask."""
+    width = max(len(s) for s in sequences)
+    rows, masks = [], []
+    for sequence in sequences:
+        filler = [value] * (width - len(sequence))
+        ones, zeros = [True] * len(sequence), [False] * len(filler)
+        rows.append(sequence + filler if side == "right" else filler + sequence)
+        masks.append(ones + zeros if side == "right" else zeros + ones)
+    return torch.tensor(rows), torch.tensor(masks)
+
+
+def real(tensor: torch.Tensor, mask: torch.Tensor, row: int) -> torch.Tensor:
+    """The real positions of `tensor[row]` (dim 1 is the sequence)."""
+    return tensor[row][mask[row]]

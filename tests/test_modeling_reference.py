@@ -1,0 +1,190 @@
+"""`SLSTMModel` against a deliberately plain reference written from `shared/docs/slstm-equations.md`.
+
+The reference loops over sentences, positions, gates and sentence nodes, builds ξ_i by concatenating
+h_{i-w} … h_{i+w} (zero vectors beyond the sentence edges), and normalises gates with an explicit exp / sum. It shares
+nothing with the model but its weights, which it slices out of the fused layers as follows (H = hidden_size,
+K = num_sentence_nodes, "block k" = rows k·H … (k+1)·H - 1 of a weight or bias):
+
+Word node (Eq. 2), gate names in block order (`SLSTMStateTransition` docstring):
+    l_w … l_1, f, r_1 … r_w   the 2w+1 window gates, matching the cells c_{i-w} … c_{i+w}
+    s_1 … s_K                 one gate per sentence node, weighting c_g^k
+    i                         the content gate (all of the above are normalised together)
+    o                         the output gate (absent with remove_output_gate)
+    u                         the content (absent from W and V with context_independent_content)
+  - `transition.word_input`   (embedding_dim -> blocks): U_k and b_k for every gate and u, u always last;
+  - `transition.word_window`  ((2w+1)H -> blocks, no bias): W_k, applied to ξ_i = [h_{i-w}; …; h_{i+w}];
+  - `transition.word_sentence` (K·H -> blocks, no bias): V_k, applied to [g_1; …; g_K].
+Sentence node k (Eq. 3):
+  - `transition.sentence_gates` ((K+1)H -> (1 + has_o)·K·H): block k is f_g^k, block K + k is o^k; columns
+    0 … K·H-1 are W_g^k / W_o^k (applied to [g_1; …; g_K]), the last H columns U_g^k / U_o^k (applied to h̄);
+  - `transition.word_forget_from_sentence` (K·H -> K·H): block k is W_f^k (on [g_1; …; g_K]) and b_f^k;
+  - `transition.word_forget_from_word` (H -> K·H, no bias): block k is U_f^k (on h_i).
+Initial state: h_i^0 = g_k^0 = `model.initial_state`, all cells zero.
+"""
+
+import pytest
+import torch
+from helpers import build, pad, random_ids
+
+from modeling_slstm import SLSTMModel
+
+LENGTHS = (1, 3, 5)
+NUM_STEPS = 3
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + torch.exp(-x))
+
+
+def normalised(pre_activations, gate_normalization):
+    """Gates summing to one per hidden dimension: softmax of the sigmoids (paper) or of the raw values."""
+    values = [sigmoid(p) if gate_normalization == "sigmoid_softmax" else p for p in pre_activations]
+    exps = [torch.exp(v) for v in values]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def blocks(tensor, size):
+    return [tensor[k * size : (k + 1) * size] for k in range(tensor.shape[0] // size)]
+
+
+class PaperParameters:
+    """The paper's per-gate matrices W_k, U_k, V_k, b_k sliced out of the model's fused layers."""
+
+    def __init__(self, model):
+        config, t = model.config, model.transition
+        self.H, self.w, self.K = config.hidden_size, config.window_size, config.num_sentence_nodes
+        self.has_o, self.linear_u = not config.remove_output_gate, config.context_independent_content
+        self.window = [f"l{d}" for d in range(self.w, 0, -1)] + ["f"] + [f"r{d}" for d in range(1, self.w + 1)]
+        self.normalised = self.window + [f"s{k}" for k in range(self.K)] + ["i"]
+        self.context = self.normalised + ["o"] * self.has_o + ["u"] * (not self.linear_u)
+        inputs = self.context if not self.linear_u else self.context + ["u"]
+        self.U = dict(zip(inputs, blocks(t.word_input.weight, self.H), strict=True))
+        self.b = dict(zip(inputs, blocks(t.word_input.bias, self.H), strict=True))
+        self.W = dict(zip(self.context, blocks(t.word_window.weight, self.H), strict=True))
+        if self.K:
+            self.V = dict(zip(self.context, blocks(t.word_sentence.weight, self.H), strict=True))
+            gate_rows, gate_bias = blocks(t.sentence_gates.weight, self.H), blocks(t.sentence_gates.bias, self.H)
+            split = self.K * self.H  # columns of [g_1; …; g_K], then h̄
+            self.sentence = []
+            for k in range(self.K):
+                node = {
+                    "W_g": gate_rows[k][:, :split], "U_g": gate_rows[k][:, split:], "b_g": gate_bias[k],
+                    "W_f": blocks(t.word_forget_from_sentence.weight, self.H)[k],
+                    "b_f": blocks(t.word_forget_from_sentence.bias, self.H)[k],
+                    "U_f": blocks(t.word_forget_from_word.weight, self.H)[k],
+                }  # fmt: skip
+                if self.has_o:
+                    o = self.K + k
+                    node.update(W_o=gate_rows[o][:, :split], U_o=gate_rows[o][:, split:], b_o=gate_bias[o])
+                self.sentence.append(node)
+
+
+def reference_step(p, x, h, c, g, cg, gate_normalization):
+    """One transition for one unpadded sentence: lists of (H,) vectors in, lists out. Both node kinds read t-1."""
+    n, zero = len(x), torch.zeros(p.H, dtype=torch.float64)
+
+    def at(states, j):
+        return states[j] if 0 <= j < n else zero
+
+    offsets = list(range(-p.w, p.w + 1))
+    all_g = torch.cat(g) if p.K else None
+    new_h, new_c = [], []
+    for i in range(n):
+        xi = torch.cat([at(h, i + d) for d in offsets])
+        pre = {}
+        for name in p.context:
+            pre[name] = p.W[name] @ xi + p.U[name] @ x[i] + p.b[name]
+            if p.K:
+                pre[name] = pre[name] + p.V[name] @ all_g
+        gate = dict(zip(p.normalised, normalised([pre[name] for name in p.normalised], gate_normalization)))
+        content = p.U["u"] @ x[i] + p.b["u"] if p.linear_u else torch.tanh(pre["u"])
+        cell = gate["i"] * content
+        for name, d in zip(p.window, offsets):
+            cell = cell + gate[name] * at(c, i + d)
+        for k in range(p.K):
+            cell = cell + gate[f"s{k}"] * cg[k]
+        new_c.append(cell)
+        new_h.append(sigmoid(pre["o"]) * torch.tanh(cell) if p.has_o else torch.tanh(cell))
+
+    new_g, new_cg = [], []
+    h_bar = sum(h) / n
+    for k, node in enumerate(p.sentence if p.K else []):
+        keep_pre = node["W_g"] @ all_g + node["U_g"] @ h_bar + node["b_g"]
+        word_pre = [node["W_f"] @ all_g + node["U_f"] @ h[i] + node["b_f"] for i in range(n)]
+        *word_forget, keep = normalised(word_pre + [keep_pre], gate_normalization)
+        cell = keep * cg[k]
+        for i in range(n):
+            cell = cell + word_forget[i] * c[i]
+        new_cg.append(cell)
+        if p.has_o:
+            new_g.append(sigmoid(node["W_o"] @ all_g + node["U_o"] @ h_bar + node["b_o"]) * torch.tanh(cell))
+        else:
+            new_g.append(torch.tanh(cell))
+    return new_h, new_c, new_g, new_cg
+
+
+def reference_forward(model, ids):
+    """Word states of every step and the final sentence states of one sentence (list of ids)."""
+    p = PaperParameters(model)
+    x = [model.embeddings.weight[i] for i in ids]
+    h0 = model.initial_state
+    h, c = [h0] * len(ids), [torch.zeros_like(h0)] * len(ids)
+    g, cg = [h0] * p.K, [torch.zeros_like(h0)] * p.K
+    steps = [torch.stack(h)]
+    for _ in range(model.config.num_steps):
+        h, c, g, cg = reference_step(p, x, h, c, g, cg, model.config.gate_normalization)
+        steps.append(torch.stack(h))
+    return steps, g
+
+
+SIMPLIFICATIONS = {
+    "full": {},
+    "linear_content": dict(context_independent_content=True),
+    "no_output_gate": dict(remove_output_gate=True),
+    "both": dict(context_independent_content=True, remove_output_gate=True),
+}
+
+
+@pytest.mark.parametrize("simplification", SIMPLIFICATIONS)
+@pytest.mark.parametrize("gate_normalization", ["sigmoid_softmax", "softmax"])
+@pytest.mark.parametrize("num_sentence_nodes", [0, 1, 2])
+@pytest.mark.parametrize("window_size", [1, 2])
+def test_model_matches_reference_recurrence(window_size, num_sentence_nodes, gate_normalization, simplification):
+    model = build(
+        SLSTMModel,
+        dtype=torch.float64,
+        num_steps=NUM_STEPS,
+        window_size=window_size,
+        num_sentence_nodes=num_sentence_nodes,
+        gate_normalization=gate_normalization,
+        **SIMPLIFICATIONS[simplification],
+    )
+    assert model.initial_state.abs().min() > 0  # random, not the zero init
+    sentences = random_ids(LENGTHS)
+    ids, mask = pad(sentences)  # mixed lengths in one right-padded batch
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        assert len(out.hidden_states) == NUM_STEPS + 1
+        for row, sentence in enumerate(sentences):
+            steps, g = reference_forward(model, sentence)
+            n = len(sentence)
+            for t, expected in enumerate(steps):
+                torch.testing.assert_close(out.hidden_states[t][row, :n], expected, rtol=0, atol=1e-10)
+                assert torch.all(out.hidden_states[t][row, n:] == 0)  # padding holds zero state
+            torch.testing.assert_close(out.last_hidden_state[row, :n], steps[-1], rtol=0, atol=1e-10)
+            pooled = g[0] if num_sentence_nodes else steps[-1].mean(0)
+            torch.testing.assert_close(out.pooler_output[row], pooled, rtol=0, atol=1e-10)
+
+
+def test_reference_differs_when_a_gate_block_is_swapped():
+    """Guards the reference itself: permuting two gate blocks of the model's fused weights must be detected."""
+    model = build(SLSTMModel, dtype=torch.float64, window_size=1, num_sentence_nodes=1)
+    sentence = random_ids([4])[0]
+    steps, _ = reference_forward(model, sentence)
+    H = model.config.hidden_size
+    with torch.no_grad():
+        weight = model.transition.word_window.weight
+        weight[: 2 * H] = torch.cat([weight[H : 2 * H], weight[:H]])  # swap l_1 and f
+        swapped = model(input_ids=torch.tensor([sentence])).last_hidden_state[0]
+    assert (swapped - steps[-1]).abs().max() > 1e-3

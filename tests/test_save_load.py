@@ -1,0 +1,112 @@
+"""save_pretrained / from_pretrained round trips, the Auto classes, and loading with `trust_remote_code` in a fresh
+interpreter that cannot import the installed package."""
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+import torch
+from helpers import build, pad, random_ids, tagger_config, tiny_config
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
+
+CODE_FILES = {"configuration_slstm.py", "modeling_slstm.py", "heads.py", "crf.py", "tag_schemes.py"}
+AUTO_MAP = {
+    "AutoConfig": "configuration_slstm.SLSTMConfig",
+    "AutoModel": "modeling_slstm.SLSTMModel",
+    "AutoModelForSequenceClassification": "modeling_slstm.SLSTMForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_slstm.SLSTMForTokenClassification",
+}
+MODELS = {
+    "encoder": (SLSTMModel, tiny_config(num_sentence_nodes=2), AutoModel),
+    "classifier": (SLSTMForSequenceClassification, tiny_config(num_labels=3, classifier_pooling="attention"),
+                   AutoModelForSequenceClassification),
+    "tagger": (SLSTMForTokenClassification, tagger_config(), AutoModelForTokenClassification),
+    "crf_tagger": (SLSTMForTokenClassification, tagger_config(use_crf=True), AutoModelForTokenClassification),
+}  # fmt: skip
+
+
+def inputs():
+    ids, mask = pad(random_ids([5, 2]), side="left")
+    return dict(input_ids=ids, attention_mask=mask)
+
+
+def outputs(model):
+    with torch.no_grad():
+        out = model(**inputs())
+    if hasattr(out, "logits"):
+        return out.logits
+    return torch.cat([out.last_hidden_state.flatten(), out.pooler_output.flatten()])
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_round_trip(kind, tmp_path):
+    model_class, config, auto_class = MODELS[kind]
+    model = build(model_class, config)
+    model.save_pretrained(tmp_path)
+    assert {"model.safetensors", "config.json"} | CODE_FILES <= {p.name for p in tmp_path.iterdir()}
+
+    for loader in (model_class, auto_class):  # the Auto class works in-process: importing the package registers it
+        loaded = loader.from_pretrained(tmp_path).eval()
+        assert type(loaded) is model_class
+        assert torch.equal(outputs(loaded), outputs(model))
+    assert type(AutoConfig.from_pretrained(tmp_path)) is SLSTMConfig
+    if kind == "crf_tagger":  # the constraint buffers are rebuilt from id2label, not left uninitialised
+        assert torch.equal(loaded.crf.transition_allowed, model.crf.transition_allowed)
+        assert not loaded.crf.transition_allowed.all()
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_saved_config_maps_every_auto_class(kind, tmp_path):
+    model_class, config, _ = MODELS[kind]
+    build(model_class, config).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == "sentence_state_lstm"
+    assert saved["auto_map"] == AUTO_MAP
+
+
+FRESH_PROCESS = r"""
+import importlib.util, sys
+checkpoint, data_file, module_cache, *site_dirs = sys.argv[1:]
+sys.path = [p for p in sys.path if p] + site_dirs  # stdlib (from -I -S) + bare site-packages, no .pth files
+import torch
+assert importlib.util.find_spec("modeling_slstm") is None, "modeling_slstm is importable: the test proves nothing"
+from transformers import AutoModelForTokenClassification
+model = AutoModelForTokenClassification.from_pretrained(checkpoint, trust_remote_code=True).eval()
+assert "modeling_slstm" not in sys.modules
+code_file = sys.modules[type(model).__module__].__file__
+assert code_file.startswith(module_cache), code_file  # the code copied from the checkpoint
+data = torch.load(data_file)
+with torch.no_grad():
+    logits = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"]).logits
+assert torch.equal(logits, data["logits"]), (logits - data["logits"]).abs().max()
+print("fresh process OK")
+"""
+
+
+def test_trust_remote_code_in_a_fresh_process_without_the_package(tmp_path):
+    model = build(SLSTMForTokenClassification, tagger_config(use_crf=True))
+    model.save_pretrained(tmp_path / "checkpoint")
+    data = inputs()
+    with torch.no_grad():
+        data["logits"] = model(**data).logits
+    torch.save(data, tmp_path / "data.pt")
+
+    # -I: no PYTHONPATH, user site or cwd on sys.path; -S: no site-packages, hence no .pth files, among them the
+    # editable install's finder. Site-packages are then put back as plain directories.
+    site_dirs = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    assert not any(os.path.isdir(os.path.join(d, "modeling_slstm")) for d in site_dirs), "non-editable install found"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("HF_", "TRANSFORMERS_"))}
+    module_cache = str(tmp_path / "modules")  # fresh: no stale copy of the code can be picked up
+    env.update(HF_HOME=str(tmp_path / "hf_home"), HF_MODULES_CACHE=module_cache, HF_HUB_OFFLINE="1")
+    arguments = [str(tmp_path / "checkpoint"), str(tmp_path / "data.pt"), module_cache, *site_dirs]
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", FRESH_PROCESS, *arguments],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "fresh process OK" in result.stdout
