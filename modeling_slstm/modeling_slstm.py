@@ -5,6 +5,8 @@ reads its neighbours' states (local exchange) and the sentence node(s) (global e
 reads every word. Equation numbers refer to the paper; `../shared/docs/slstm-equations.md` states them cleanly.
 """
 
+import re
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -29,6 +31,73 @@ def neighbourhood(states: torch.Tensor, window_size: int) -> torch.Tensor:
     """
     padded = nn.functional.pad(states, (0, 0, window_size, window_size))  # (batch, seq + 2w, hidden)
     return padded.unfold(1, 2 * window_size + 1, 1).transpose(2, 3)  # (batch, seq, 2w + 1, hidden)
+
+
+def _onednn_matmul_impl(inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """`inputs @ weight.T` by oneDNN for dense float32 CPU tensors `(rows, in)`, `(out, in)`."""
+    return torch.ops.mkldnn._linear_pointwise(inputs, weight, None, "none", [], None)
+
+
+# A custom op, so that `torch.compile` keeps the oneDNN matmul as it is (inductor lowers `mkldnn._linear_pointwise`
+# only for frozen weights) and fuses the elementwise work around it. The namespace follows the module name, so that
+# the copy of this file loaded by `trust_remote_code` registers its own op instead of clashing with the package's.
+_OP_NAMESPACE = "slstm_" + re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(f"{_OP_NAMESPACE}::onednn_matmul", mutates_args=())
+def _onednn_matmul(inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return _onednn_matmul_impl(inputs, weight)
+
+
+@_onednn_matmul.register_fake
+def _(inputs, weight):
+    return inputs.new_empty(inputs.shape[0], weight.shape[0])
+
+
+def _onednn_matmul_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _onednn_matmul_backward(ctx, grad):
+    inputs, weight = ctx.saved_tensors
+    grad = grad.contiguous()
+    grad_inputs = grad_weight = None
+    if ctx.needs_input_grad[0]:
+        grad_inputs = _onednn_matmul(grad, weight.t().contiguous())  # grad @ W
+    if ctx.needs_input_grad[1]:
+        grad_weight = _onednn_matmul(grad.t().contiguous(), inputs.t().contiguous())  # grad.T @ inputs
+    return grad_inputs, grad_weight
+
+
+_onednn_matmul.register_autograd(_onednn_matmul_backward, setup_context=_onednn_matmul_setup_context)
+
+
+def _use_onednn(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        ONEDNN_FLOAT32_MATMULS
+        and inputs.device.type == "cpu"
+        and inputs.dtype == weight.dtype == torch.float32
+        and not torch.is_autocast_enabled("cpu")
+        and _HAS_ONEDNN_LINEAR
+    )
+
+
+_HAS_ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+ONEDNN_FLOAT32_MATMULS = True
+"""Route the S-LSTM step's float32 CPU matmuls (forward and backward) to oneDNN instead of `torch.mm`/`addmm`.
+
+On CPUs where MKL takes a slow path (e.g. AMD), oneDNN is up to ~2x faster for the same float32 product
+(`run_scripts/benchmark_speed.py` measures both). The result is the same matmul (float32 accumulation) up to summation
+order. Set to `False` to use PyTorch's default backend. Other dtypes, autocast and other devices are unaffected."""
+
+
+def linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`nn.functional.linear`, by oneDNN for float32 CPU tensors when [`ONEDNN_FLOAT32_MATMULS`] is set."""
+    if not _use_onednn(inputs, weight):
+        return nn.functional.linear(inputs, weight, bias)
+    flat = inputs.reshape(-1, inputs.shape[-1])
+    output = _onednn_matmul(flat, weight).view(*inputs.shape[:-1], weight.shape[0])
+    return output if bias is None else output + bias
 
 
 class SLSTMStateTransition(GradientCheckpointingLayer):
@@ -98,7 +167,9 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         """Gates that sum to one along `dim`; float32 so that low-precision autocast cannot skew the weights."""
         if self.softmax_of_sigmoid:
             pre_activations = torch.sigmoid(pre_activations)
-        return torch.softmax(pre_activations, dim=dim, dtype=torch.float32)
+        # At least float32 (float64 stays float64, e.g. for gradcheck).
+        dtype = torch.promote_types(pre_activations.dtype, torch.float32)
+        return torch.softmax(pre_activations, dim=dim, dtype=dtype)
 
     def forward(
         self,
@@ -136,30 +207,35 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         return new_word_states, new_word_cells, sentence_states, sentence_cells
 
     def update_words(self, h, c, g, c_g, input_gate_terms, input_content, mask):
-        """Eq. 2, all words at once."""
+        """Eq. 2, all words at once.
+
+        Written for speed, with the same math as the equations: one matmul `W ξ_i` over all positions (by oneDNN for
+        float32 on CPU, see [`linear`]); the pre-activations and gates are cut with `split` (whose backward is one
+        concatenation) rather than slicing (whose backward writes a zero tensor per slice).
+        """
         batch, seq, hidden = h.shape
-        xi = neighbourhood(h, self.window_size).reshape(batch * seq, self.window_width * hidden)  # ξ_i
-        # W ξ_i + (U x_i + b) in one fused matmul-add.
-        pre = torch.addmm(
-            input_gate_terms.reshape(batch * seq, -1), xi, self.word_window.weight.t()
-        ).view(batch, seq, self.num_context_blocks, hidden)
+        xi = neighbourhood(h, self.window_size).reshape(batch, seq, self.window_width * hidden)  # ξ_i
+        bias = input_gate_terms.view(batch, seq, self.num_context_blocks, hidden)  # U x_i + b
         if self.num_sentence_nodes:
-            sentence_term = self.word_sentence(g.flatten(1))  # V g^{t-1}: (batch, num_context_blocks * hidden)
-            pre = pre + sentence_term.view(batch, 1, self.num_context_blocks, hidden)
+            sentence_term = linear(g.flatten(1), self.word_sentence.weight)  # V g^{t-1}: (batch, blocks * hidden)
+            bias = bias + sentence_term.view(batch, 1, self.num_context_blocks, hidden)
+        pre = linear(xi, self.word_window.weight).view(batch, seq, self.num_context_blocks, hidden) + bias
 
         # (i, l, f, r, s) = softmax over the gates, per hidden dimension.
-        gates = self.normalize(pre[:, :, : self.num_normalized_gates], dim=2)  # (batch, seq, gates, hidden)
-        window_gates = gates[:, :, : self.window_width]
-        sentence_gates = gates[:, :, self.window_width : -1]
-        content_gate = gates[:, :, -1]
+        blocks = [self.num_normalized_gates, int(self.has_output_gate), int(self.has_recurrent_content)]
+        gate_pre, output_pre, content_pre = pre.split(blocks, dim=2)
+        gates = self.normalize(gate_pre, dim=2)  # (batch, seq, gates, hidden)
+        window_gates, sentence_gates, content_gate = gates.split(
+            [self.window_width, self.num_sentence_nodes, 1], dim=2
+        )
 
-        content = torch.tanh(pre[:, :, -1]) if self.has_recurrent_content else input_content  # u_i
-        cells = (window_gates * neighbourhood(c, self.window_size)).sum(2) + content_gate * content
+        content = torch.tanh(content_pre.squeeze(2)) if self.has_recurrent_content else input_content  # u_i
+        cells = (window_gates * neighbourhood(c, self.window_size)).sum(2) + content_gate.squeeze(2) * content
         if self.num_sentence_nodes:
             cells = cells + (sentence_gates * c_g.unsqueeze(1)).sum(2)  # s ⊙ c_g^{t-1}
         states = torch.tanh(cells)
         if self.has_output_gate:
-            states = torch.sigmoid(pre[:, :, self.num_normalized_gates]) * states  # o ⊙ tanh(c)
+            states = torch.sigmoid(output_pre.squeeze(2)) * states  # o ⊙ tanh(c)
         # Padding and positions beyond the edges hold zero state, so they contribute nothing to neighbours.
         cells = cells.to(h.dtype) * mask
         states = states.to(h.dtype) * mask
@@ -171,24 +247,28 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         nodes = self.num_sentence_nodes
         mean_state = h.sum(1) / lengths  # h̄ over real positions (h is zero at padding): (batch, hidden)
         flat_g = g.flatten(1)  # (batch, nodes * hidden)
-        sentence_pre = self.sentence_gates(torch.cat([flat_g, mean_state], dim=-1))  # W g + U h̄ + b
-        sentence_pre = sentence_pre.view(batch, -1, nodes, hidden)  # (batch, 1 + has_output_gate, nodes, hidden)
-        word_pre = self.word_forget_from_word(h).view(batch, seq, nodes, hidden) + self.word_forget_from_sentence(
-            flat_g
-        ).view(batch, 1, nodes, hidden)  # f̂_i = W_f g + U_f h_i + b_f
+        sentence_pre = linear(
+            torch.cat([flat_g, mean_state], dim=-1), self.sentence_gates.weight, self.sentence_gates.bias
+        )
+        sentence_pre = sentence_pre.view(batch, -1, nodes, hidden)  # W g + U h̄ + b: (batch, 1 + o, nodes, hidden)
+        keep_pre, output_pre = sentence_pre.split([1, int(self.has_output_gate)], dim=1)
+        sentence_forget = linear(flat_g, self.word_forget_from_sentence.weight, self.word_forget_from_sentence.bias)
+        word_pre = linear(h, self.word_forget_from_word.weight).view(batch, seq, nodes, hidden) + sentence_forget.view(
+            batch, 1, nodes, hidden
+        )  # f̂_i = W_f g + U_f h_i + b_f
 
         if self.softmax_of_sigmoid:
             word_pre = torch.sigmoid(word_pre)
-            keep_pre = torch.sigmoid(sentence_pre[:, :1])
-        else:
-            keep_pre = sentence_pre[:, :1]
+            keep_pre = torch.sigmoid(keep_pre)
         # softmax over (f_0 … f_{n+1}, f_g): padding gets -inf, i.e. weight exactly zero.
         word_pre = word_pre.masked_fill(mask.unsqueeze(-1) == 0, float("-inf"))
-        weights = torch.softmax(torch.cat([word_pre, keep_pre], dim=1), dim=1, dtype=torch.float32)
-        cells = (weights[:, :seq] * c.unsqueeze(2)).sum(1) + weights[:, seq] * c_g  # (batch, nodes, hidden)
+        dtype = torch.promote_types(word_pre.dtype, torch.float32)
+        weights = torch.softmax(torch.cat([word_pre, keep_pre], dim=1), dim=1, dtype=dtype)
+        word_weights, keep_weights = weights.split([seq, 1], dim=1)
+        cells = (word_weights * c.unsqueeze(2)).sum(1) + keep_weights.squeeze(1) * c_g  # (batch, nodes, hidden)
         states = torch.tanh(cells)
         if self.has_output_gate:
-            states = torch.sigmoid(sentence_pre[:, 1]) * states
+            states = torch.sigmoid(output_pre.squeeze(1)) * states
         return states.to(h.dtype), cells.to(h.dtype)
 
 

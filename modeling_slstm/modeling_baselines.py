@@ -1,0 +1,297 @@
+"""Baseline encoders the S-LSTM paper compares with: stacked BiLSTM, stacked CNN and Transformer encoder.
+
+They are baselines, not S-LSTM: they share the S-LSTM task heads ([`heads`]) and the `run_scripts`, so an accuracy or
+speed comparison changes the encoder only. Each encoder is built from a stock PyTorch module (`nn.LSTM`, `nn.Conv1d`,
+`nn.TransformerEncoder`) so that the library's fast kernels (cuDNN / oneDNN) are the ones measured.
+
+Every encoder is exact under padding: a sentence gives the same outputs alone or inside a right- or left-padded batch
+(padding outputs are zero).
+"""
+
+import math
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+from .configuration_baselines import BaselineEncoderConfig
+from .crf import ConditionalRandomField
+from .heads import SequenceClassificationHeadMixin, TokenClassificationHeadMixin, masked_mean
+
+
+class BiLSTMEncoder(nn.Module):
+    r"""
+    Stacked bidirectional `nn.LSTM` (`hidden_size // 2` units per direction, outputs concatenated), run on packed
+    sequences so that padding never enters the recurrence. Real positions are left-compacted first, so any mask
+    (right or left padding, holes) gives the outputs of the sentence alone.
+
+    Returns `(outputs (batch, seq, hidden), pooled (batch, hidden))`: pooled is the last layer's final forward state
+    (after the last real word) concatenated with its final backward state (after the first real word).
+    """
+
+    def __init__(self, config: BaselineEncoderConfig):
+        super().__init__()
+        self.lstm = nn.LSTM(
+            config.embedding_dim,
+            config.hidden_size // 2,
+            num_layers=config.num_layers,
+            batch_first=True,
+            bidirectional=True,
+            dropout=config.hidden_dropout if config.num_layers > 1 else 0.0,
+        )
+
+    def forward(self, embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        seq = embeds.shape[1]
+        lengths = mask.sum(1)  # (batch,)
+        # Right padding (real positions first) packs as it is; any other mask is left-compacted first.
+        right_padded = mask.cumsum(1) == torch.arange(1, seq + 1, device=mask.device).clamp(max=lengths[:, None])
+        compacted = not bool(right_padded.all())
+        if compacted:
+            # A stable sort puts real positions first, in order; `order` maps compact -> original position.
+            order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices  # (batch, seq)
+            embeds = embeds.gather(1, order.unsqueeze(-1).expand_as(embeds))
+        packed = pack_padded_sequence(embeds, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        outputs, (final_states, _) = self.lstm(packed)
+        outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=seq)  # (batch, seq, hidden)
+        if compacted:
+            outputs = torch.empty_like(outputs).scatter(1, order.unsqueeze(-1).expand_as(outputs), outputs)
+        outputs = outputs * mask.unsqueeze(-1).to(outputs.dtype)
+        pooled = torch.cat([final_states[-2], final_states[-1]], dim=-1)  # (batch, hidden)
+        return outputs, pooled
+
+
+class CNNEncoder(nn.Module):
+    r"""
+    Stacked 1-d convolutions (`kernel_size`, same padding, ReLU, dropout between layers). Padding positions are set
+    to zero before every convolution, which is exactly the zero padding a sentence alone sees at its edges.
+
+    Returns `(outputs (batch, seq, hidden), pooled (batch, hidden))`, pooled = masked mean of the outputs.
+    """
+
+    def __init__(self, config: BaselineEncoderConfig):
+        super().__init__()
+        widths = [config.embedding_dim] + [config.hidden_size] * config.num_layers
+        self.convolutions = nn.ModuleList(
+            nn.Conv1d(widths[i], widths[i + 1], config.kernel_size, padding=config.kernel_size // 2)
+            for i in range(config.num_layers)
+        )
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        keep = mask.unsqueeze(1).to(embeds.dtype)  # (batch, 1, seq)
+        states = embeds.transpose(1, 2)  # (batch, channels, seq)
+        for index, convolution in enumerate(self.convolutions):
+            if index:
+                states = self.dropout(states)
+            states = torch.relu(convolution(states * keep))
+        outputs = (states * keep).transpose(1, 2)  # (batch, seq, hidden)
+        return outputs, masked_mean(outputs, mask)
+
+
+def sinusoidal_positions(positions: torch.Tensor, width: int) -> torch.Tensor:
+    """Vaswani et al. (2017) position encodings for integer `positions` `(batch, seq)` -> `(batch, seq, width)`."""
+    frequencies = torch.exp(
+        torch.arange(0, width, 2, device=positions.device, dtype=torch.float32) * (-math.log(10000.0) / width)
+    )
+    angles = positions.unsqueeze(-1).float() * frequencies  # (batch, seq, ceil(width / 2))
+    encoding = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(-2)  # interleaved sin/cos
+    return encoding[..., :width]
+
+
+class TransformerBaselineEncoder(nn.Module):
+    r"""
+    `nn.TransformerEncoder` (post-norm layers as in Vaswani et al., GELU-free ReLU feed-forward of width
+    `intermediate_size`) over a linear projection of the embeddings plus positions. Positions count real tokens only
+    (so left padding does not shift them) and padded keys are masked.
+
+    Returns `(outputs (batch, seq, hidden), pooled (batch, hidden))`, pooled = masked mean of the outputs.
+    """
+
+    def __init__(self, config: BaselineEncoderConfig):
+        super().__init__()
+        self.hidden_size = config.hidden_size
+        self.input_projection = nn.Linear(config.embedding_dim, config.hidden_size)
+        self.position_embeddings = None
+        if config.position_embedding_type == "learned":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        layer = nn.TransformerEncoderLayer(
+            config.hidden_size,
+            config.num_attention_heads,
+            dim_feedforward=config.intermediate_size,
+            dropout=config.hidden_dropout,
+            batch_first=True,
+        )
+        self.encoder = nn.TransformerEncoder(layer, config.num_layers, enable_nested_tensor=False)
+
+    def forward(self, embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = (mask.long().cumsum(1) - 1).clamp(min=0)  # (batch, seq)
+        if self.position_embeddings is None:
+            position_terms = sinusoidal_positions(positions, self.hidden_size).to(embeds.dtype)
+        else:
+            position_terms = self.position_embeddings(positions)
+        states = self.input_projection(embeds) + position_terms
+        # A row without real tokens would give an all-masked softmax (NaN): let it attend to everything instead
+        # (its outputs are zeroed below).
+        padding = ~mask & mask.any(1, keepdim=True)
+        outputs = self.encoder(states, src_key_padding_mask=padding)
+        outputs = outputs * mask.unsqueeze(-1).to(outputs.dtype)
+        return outputs, masked_mean(outputs, mask)
+
+
+ENCODERS = {"bilstm": BiLSTMEncoder, "cnn": CNNEncoder, "transformer": TransformerBaselineEncoder}
+
+
+class BaselinePreTrainedModel(PreTrainedModel):
+    r"""
+    Weight initialisation and loading for the baseline models. Embeddings: normal with `config.initializer_range`
+    and a zero padding row, as for S-LSTM; `nn.LSTM`, `nn.Conv1d`, `nn.Linear` and the Transformer layers get
+    PyTorch's own default initialisation (what a user of those modules gets); the CRF its own `reset_parameters`,
+    as for S-LSTM.
+    """
+
+    config_class = BaselineEncoderConfig
+    base_model_prefix = "baseline"
+    supports_gradient_checkpointing = False
+
+    def _init_weights(self, module):
+        # PyTorch's own initialisation of each module, written with the guarded `init` functions so that loading a
+        # checkpoint never overwrites loaded weights.
+        if isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+            if module.padding_idx is not None:
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, (nn.Linear, nn.Conv1d)):
+            bound = 1.0 / math.sqrt(module.weight[0].numel())  # 1 / sqrt(fan_in)
+            init.uniform_(module.weight, -bound, bound)
+            if isinstance(module, nn.modules.linear.NonDynamicallyQuantizableLinear):  # attention output
+                init.zeros_(module.bias)
+            elif module.bias is not None:
+                init.uniform_(module.bias, -bound, bound)
+        elif isinstance(module, nn.LSTM):
+            bound = 1.0 / math.sqrt(module.hidden_size)
+            for parameter in module.parameters():
+                init.uniform_(parameter, -bound, bound)
+        elif isinstance(module, nn.MultiheadAttention):
+            init.xavier_uniform_(module.in_proj_weight)
+            init.zeros_(module.in_proj_bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, ConditionalRandomField):
+            # As for S-LSTM: the CRF's own init, which also rewrites the constraint buffers checkpoints do not hold.
+            module.reset_parameters()
+
+
+class BaselineModel(BaselinePreTrainedModel):
+    r"""
+    A bare baseline encoder (`config.encoder_type`): word embeddings, embedding dropout, then the encoder. Takes the
+    same inputs and returns the same [`BaseModelOutputWithPooling`] as [`SLSTMModel`].
+
+    Args:
+        config ([`BaselineEncoderConfig`]): model configuration.
+    """
+
+    def __init__(self, config: BaselineEncoderConfig):
+        super().__init__(config)
+        self.embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
+        self.embedding_dropout = nn.Dropout(config.embedding_dropout)
+        self.encoder = ENCODERS[config.encoder_type](config)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings = value
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPooling | tuple:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, seq)`), attention_mask (`(batch, seq)`, *optional*),
+            inputs_embeds (`(batch, seq, embedding_dim)`, *optional*), return_dict: as for [`SLSTMModel`].
+            output_hidden_states (`bool`, *optional*): also return `(embeddings, outputs)` (the stock modules do
+                not expose their inner layers).
+
+        Returns:
+            `last_hidden_state` `(batch, seq, hidden)` (zero at padding) and `pooler_output` `(batch, hidden)`.
+        """
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds")
+        embeds = self.embeddings(input_ids) if input_ids is not None else inputs_embeds
+        if embeds.dim() != 3 or embeds.shape[-1] != self.config.embedding_dim or embeds.shape[1] == 0:
+            raise ValueError(
+                f"Expected inputs of shape (batch, seq >= 1, {self.config.embedding_dim}), got {tuple(embeds.shape)}"
+            )
+        batch, seq, _ = embeds.shape
+        if attention_mask is None:
+            mask = torch.ones(batch, seq, dtype=torch.bool, device=embeds.device)
+        elif attention_mask.shape != (batch, seq):
+            raise ValueError(f"attention_mask must have shape {(batch, seq)}, got {tuple(attention_mask.shape)}")
+        else:
+            mask = attention_mask.to(device=embeds.device, dtype=torch.bool)
+        embeds = embeds * mask.unsqueeze(-1).to(embeds.dtype)
+        outputs, pooled = self.encoder(self.embedding_dropout(embeds), mask)
+        hidden_states = (embeds, outputs) if output_hidden_states else None
+        if not return_dict:
+            return tuple(v for v in (outputs, pooled, hidden_states) if v is not None)
+        return BaseModelOutputWithPooling(last_hidden_state=outputs, pooler_output=pooled, hidden_states=hidden_states)
+
+
+class BaselineForSequenceClassification(SequenceClassificationHeadMixin, BaselinePreTrainedModel):
+    r"""
+    A baseline encoder with the S-LSTM sentence classifier ([`SequenceClassificationHeadMixin`]).
+
+    Args:
+        config ([`BaselineEncoderConfig`]): model configuration; `num_labels`, `classifier_pooling`,
+            `classifier_dropout`.
+    """
+
+    def __init__(self, config: BaselineEncoderConfig):
+        super().__init__(config)
+        self.baseline = BaselineModel(config)
+        self.init_sequence_classification_head(config)
+        self.post_init()
+
+
+class BaselineForTokenClassification(TokenClassificationHeadMixin, BaselinePreTrainedModel):
+    r"""
+    A baseline encoder with the S-LSTM tagger ([`TokenClassificationHeadMixin`]: softmax or linear-chain CRF).
+
+    Args:
+        config ([`BaselineEncoderConfig`]): model configuration; `num_labels`/`id2label`, `use_crf`,
+            `crf_constraints`, `classifier_dropout`.
+    """
+
+    def __init__(self, config: BaselineEncoderConfig):
+        super().__init__(config)
+        self.baseline = BaselineModel(config)
+        self.init_token_classification_head(config)
+        self.post_init()
+
+
+BaselineEncoderConfig.register_for_auto_class()
+BaselineModel.register_for_auto_class("AutoModel")
+BaselineForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+BaselineForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+
+__all__ = [
+    "BaselineForSequenceClassification",
+    "BaselineForTokenClassification",
+    "BaselineModel",
+    "BaselinePreTrainedModel",
+]

