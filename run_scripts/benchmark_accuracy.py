@@ -29,7 +29,6 @@ Examples:
 import argparse
 import csv
 import json
-import os
 import subprocess
 import sys
 import time
@@ -209,8 +208,8 @@ def write_report(rows: list[dict], args):
         "",
         f"Embeddings `{args.embeddings}`, {args.epochs} epochs, the paper's recipe (see `run_scripts/benchmark_accuracy.py`)"
         + (f", first {args.max_train_samples} training examples" if args.max_train_samples else "")
-        + f". Threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}. Rows not `done` have no result "
-        "yet and are not extrapolated.",
+        + ". Seconds per epoch are `train_runtime / epochs` of each run (they depend on the threads and the machine's "
+        "load at the time). Rows not `done` have no result yet and are not extrapolated.",
         "",
         "| task | run | model | status | dev | test | s/epoch |",
         "|---|---|---|---|---|---|---|",
