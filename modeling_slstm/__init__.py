@@ -11,8 +11,15 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
+from .configuration_baselines import BaselineEncoderConfig
 from .configuration_slstm import SLSTMConfig
 from .crf import ConditionalRandomField
+from .modeling_baselines import (
+    BaselineForSequenceClassification,
+    BaselineForTokenClassification,
+    BaselineModel,
+    BaselinePreTrainedModel,
+)
 from .modeling_slstm import (
     SLSTMForSequenceClassification,
     SLSTMForTokenClassification,
@@ -20,12 +27,21 @@ from .modeling_slstm import (
     SLSTMPreTrainedModel,
 )
 
-AutoConfig.register(SLSTMConfig.model_type, SLSTMConfig, exist_ok=True)
-AutoModel.register(SLSTMConfig, SLSTMModel, exist_ok=True)
-AutoModelForSequenceClassification.register(SLSTMConfig, SLSTMForSequenceClassification, exist_ok=True)
-AutoModelForTokenClassification.register(SLSTMConfig, SLSTMForTokenClassification, exist_ok=True)
+for config_class, base, sequence_head, token_head in (
+    (SLSTMConfig, SLSTMModel, SLSTMForSequenceClassification, SLSTMForTokenClassification),
+    (BaselineEncoderConfig, BaselineModel, BaselineForSequenceClassification, BaselineForTokenClassification),
+):
+    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    AutoModel.register(config_class, base, exist_ok=True)
+    AutoModelForSequenceClassification.register(config_class, sequence_head, exist_ok=True)
+    AutoModelForTokenClassification.register(config_class, token_head, exist_ok=True)
 
 __all__ = [
+    "BaselineEncoderConfig",
+    "BaselineForSequenceClassification",
+    "BaselineForTokenClassification",
+    "BaselineModel",
+    "BaselinePreTrainedModel",
     "ConditionalRandomField",
     "SLSTMConfig",
     "SLSTMForSequenceClassification",

@@ -151,21 +151,6 @@ def plan(args) -> list[dict]:
     return runs
 
 
-def baselines_supported() -> bool:
-    """Whether the training scripts build a baseline from a `slstm_baseline_encoder` config (not an S-LSTM)."""
-    sys.path.insert(0, str(ROOT / "run_scripts"))
-    try:
-        import training_utils
-
-        config = training_utils.load_fresh_config(
-            training_utils.ModelArguments(config_name=str(CONFIGS / "baselines" / "bilstm1-pos.json"))
-        )
-    except Exception as error:  # noqa: BLE001 - any failure means "not supported", reported to the user
-        print(f"training scripts cannot load a baseline config: {error!r}")
-        return False
-    return type(config).__name__ == "BaselineEncoderConfig"
-
-
 def collect(run: dict, metric: str, epochs: int) -> dict:
     results_path = run["output"] / "all_results.json"
     row = {"name": run["name"], "task": run["task"], "model": run["model"], "status": "not run"}
@@ -251,16 +236,9 @@ def main(argv=None) -> list[dict]:
         for run in runs:
             print(" ".join(run["command"]))
         return []
-    can_run_baselines = None
     for run in runs:
         if args.collect_only or (run["output"] / "all_results.json").exists():
             continue
-        if run["model"] != "slstm":
-            if can_run_baselines is None:
-                can_run_baselines = baselines_supported()
-            if not can_run_baselines:
-                print(f"skipping {run['task']}/{run['name']}: the training scripts build only S-LSTM configs")
-                continue
         run["output"].mkdir(parents=True, exist_ok=True)
         print(f"== {time.strftime('%H:%M:%S')} {run['task']}/{run['name']}: {' '.join(run['command'])}", flush=True)
         with (run["output"] / "run.log").open("w") as log:

@@ -526,7 +526,12 @@ def write_plots(rows: list[dict], prefix: Path) -> list[Path]:
         ("tokens_per_s", "tokens/s", "throughput"),
         ("peak_mem_mb", "peak memory (MiB)", "memory"),
     ):
-        combos = sorted({(r["variant"], r["mode"]) for r in rows})
+        # Panels compare models: a variant measured for one model only (e.g. S-LSTM + compile) is in the tables.
+        combos = sorted(
+            combo
+            for combo in {(r["variant"], r["mode"]) for r in rows}
+            if len({r["model"] for r in rows if (r["variant"], r["mode"]) == combo}) > 1
+        )
         batches = sorted({r["batch"] for r in rows})
         if not combos:
             continue
@@ -537,25 +542,21 @@ def write_plots(rows: list[dict], prefix: Path) -> list[Path]:
             for j, batch in enumerate(batches):
                 axis = axes[i][j]
                 for model in dict.fromkeys(r["model"] for r in rows):
-                    points = sorted(
-                        (r["length"], r[key])
-                        for r in rows
-                        if r["model"] == model
-                        and r["variant"] == variant
-                        and r["mode"] == mode
-                        and r["batch"] == batch
-                        and not math.isnan(r[key])
-                    )
+                    points = {}  # the first measurement of each length (merged runs can repeat a shape)
+                    for r in rows:
+                        same = (r["model"], r["variant"], r["mode"], r["batch"]) == (model, variant, mode, batch)
+                        if same and not math.isnan(r[key]):
+                            points.setdefault(r["length"], r[key])
                     if points:
                         style = "-o" if model.startswith("slstm") else "--s"
-                        axis.plot(*zip(*points), style, label=model, markersize=3)
+                        axis.plot(*zip(*sorted(points.items())), style, label=model, markersize=3)
                 axis.set_xscale("log", base=2)
                 axis.set_yscale("log")
                 axis.set_xlabel("length (tokens)")
                 axis.set_ylabel(label)
                 axis.set_title(f"{variant}, {mode_label(mode)}, batch {batch}", fontsize=9)
                 axis.grid(True, which="both", alpha=0.3)
-        axes[0][-1].legend(fontsize=7, loc="best")
+                axis.legend(fontsize=6, loc="best")
         figure.tight_layout()
         path = prefix.parent / f"{prefix.name}_{suffix}.png"
         figure.savefig(path, dpi=90)

@@ -20,7 +20,7 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
-from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
+from transformers import AutoConfig, HfArgumentParser, PreTrainedConfig, Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from modeling_slstm import SLSTMConfig
@@ -194,19 +194,23 @@ def setup_logging(training_args: TrainingArguments) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def load_fresh_config(model_args: ModelArguments) -> SLSTMConfig:
-    """The config of a fresh model: `--config_name` (a JSON file or folder), then `--config_overrides`."""
+def load_fresh_config(model_args: ModelArguments) -> PreTrainedConfig:
+    """The config of a fresh model: `--config_name` (a JSON file or folder), then `--config_overrides`.
+
+    The JSON's `model_type` picks the class through `AutoConfig` (S-LSTM by default, or a baseline encoder from
+    `hub_configs/baselines/`), so every encoder trains through the same script.
+    """
     if model_args.config_name is None:
         config = SLSTMConfig()
     elif Path(model_args.config_name).is_file():
         values = json.loads(Path(model_args.config_name).read_text(encoding="utf-8"))
         values = {key: value for key, value in values.items() if not key.startswith("_comment")}
-        config = SLSTMConfig.from_dict(values)
+        config = AutoConfig.for_model(values.pop("model_type", SLSTMConfig.model_type), **values)
     else:
-        config = SLSTMConfig.from_pretrained(model_args.config_name)
+        config = AutoConfig.from_pretrained(model_args.config_name)
     if model_args.config_overrides:
         config.update_from_string(model_args.config_overrides)
-        config._validate_slstm_settings()
+        config = type(config)(**config.to_dict())  # re-runs the config's own validation on the new values
     return config
 
 
@@ -424,6 +428,9 @@ def write_model_card(output_dir: str, info: dict, model_name: str | None = None)
 
 def config_summary(config) -> str:
     keys = (
+        "model_type",
+        "encoder_type",
+        "num_layers",
         "hidden_size",
         "embedding_dim",
         "num_steps",
@@ -435,7 +442,7 @@ def config_summary(config) -> str:
         "vocab_size",
         "num_labels",
     )
-    return ", ".join(f"{key}={getattr(config, key)}" for key in keys)
+    return ", ".join(f"{key}={getattr(config, key)}" for key in keys if hasattr(config, key))
 
 
 # --------------------------------------------------------------------------------------------------------------------
