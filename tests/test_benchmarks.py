@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "run_scripts"))
 benchmark_speed = importlib.import_module("benchmark_speed")
 benchmark_accuracy = importlib.import_module("benchmark_accuracy")
 
-from modeling_slstm import modeling_slstm
+from modeling_slstm import fast_linear, modeling_slstm
 from modeling_slstm.configuration_slstm import SLSTMConfig
 
 
@@ -89,7 +89,7 @@ def test_accuracy_benchmark_plans_and_collects(tmp_path, capsys):
     assert "| movie_review | steps=9 | slstm | done | 80.00 |" in report
 
 
-@pytest.mark.skipif(not modeling_slstm._HAS_ONEDNN_LINEAR, reason="no oneDNN in this torch build")
+@pytest.mark.skipif(not fast_linear._HAS_ONEDNN_LINEAR, reason="no oneDNN in this torch build")
 def test_onednn_step_matches_default_matmuls(monkeypatch):
     """The oneDNN route of the step's float32 matmuls gives the outputs and gradients of PyTorch's default backend."""
     torch.manual_seed(0)
@@ -102,7 +102,7 @@ def test_onednn_step_matches_default_matmuls(monkeypatch):
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0]])
     results = []
     for onednn in (True, False):
-        monkeypatch.setattr(modeling_slstm, "ONEDNN_FLOAT32_MATMULS", onednn)
+        monkeypatch.setattr(fast_linear, "ONEDNN_FLOAT32_MATMULS", onednn)
         model.zero_grad()
         outputs = model(input_ids, attention_mask=mask)
         (outputs.last_hidden_state.pow(2).sum() + outputs.pooler_output.sum()).backward()
