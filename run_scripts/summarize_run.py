@@ -2,12 +2,36 @@
 """Prints the per-epoch dev curve (and final results, if the run finished) of a run_ner/run_classification output
 folder, as a Markdown table: works on a run still in progress (reads its newest checkpoint's trainer_state.json).
 
-    python run_scripts/summarize_run.py /work/runs/conll_ner [--metrics eval_f1 eval_accuracy]
+    python run_scripts/summarize_run.py --output_dir /work/runs/conll_ner [--metrics eval_f1 eval_accuracy]
 """
 
-import argparse
 import json
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from script_arguments import parse_arguments
+
+
+@dataclass
+class SummarizeArguments:
+    output_dir: Path = field(metadata={"help": "the run's output folder (run_ner.py / run_classification.py)"})
+    metrics: list[str] = field(
+        default_factory=lambda: [
+            "eval_f1",
+            "eval_precision",
+            "eval_recall",
+            "eval_accuracy",
+            "eval_macro_f1",
+            "eval_loss",
+        ],
+        metadata={"help": "logged metrics to show (those the run logged)"},
+    )
+
+    def __post_init__(self):
+        self.output_dir = Path(self.output_dir)
 
 
 def newest_state(output_dir: Path) -> Path | None:
@@ -22,14 +46,7 @@ def newest_state(output_dir: Path) -> Path | None:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("output_dir", type=Path)
-    parser.add_argument(
-        "--metrics",
-        nargs="+",
-        default=["eval_f1", "eval_precision", "eval_recall", "eval_accuracy", "eval_macro_f1", "eval_loss"],
-    )
-    args = parser.parse_args(argv)
+    args = parse_arguments(SummarizeArguments, argv, description=__doc__)
     state_path = newest_state(args.output_dir)
     if state_path is None:
         print(f"{args.output_dir}: no trainer_state.json yet (first epoch not finished)")

@@ -1,15 +1,28 @@
 #!/usr/bin/env python
 """Tags sentences with a saved S-LSTM token classifier through `pipeline("token-classification")`.
 
-    python run_scripts/tag_sentence.py outputs/demo-wnut16 "Going to see Taylor Swift in New York tonight"
+    python run_scripts/tag_sentence.py --model_dir outputs/demo-wnut16 \\
+        --sentences "Going to see Taylor Swift in New York tonight" "Another sentence"
 
 The model loads with `trust_remote_code=True` from the code files saved next to it. Words are split on whitespace
 (the tokenizer is word-level), so put spaces around punctuation.
 """
 
-import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from script_arguments import parse_arguments
+
+
+@dataclass
+class TagArguments:
+    model_dir: str = field(metadata={"help": "folder of a saved token classifier (e.g. run_ner.py's --output_dir)"})
+    sentences: list[str] = field(metadata={"help": "one or more sentences, each one quoted argument"})
 
 
 def tag(model_dir: str, sentences: list[str]):
@@ -23,10 +36,7 @@ def tag(model_dir: str, sentences: list[str]):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir")
-    parser.add_argument("sentences", nargs="+")
-    args = parser.parse_args(argv)
+    args = parse_arguments(TagArguments, argv, description=__doc__)
     for sentence, entities in zip(args.sentences, tag(args.model_dir, args.sentences)):
         print(f"\n{sentence}")
         if not entities:
