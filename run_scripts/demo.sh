@@ -5,13 +5,13 @@
 #   bash run_scripts/demo.sh                  # from the repository root, on a fresh machine
 #   SKIP_INSTALL=1 bash run_scripts/demo.sh   # when the package and its extras are already installed
 #
-# Environment: OUTPUT_DIR (default outputs/demo-wnut16), EPOCHS (default 8), THREADS (default: all cores),
+# Environment: OUTPUT_DIR (default outputs/demo-wnut16), EPOCHS (default 20), THREADS (default: all cores),
 # TORCH_INDEX_URL (e.g. https://download.pytorch.org/whl/cpu for the small CPU-only torch wheel when torch is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUTPUT_DIR=${OUTPUT_DIR:-outputs/demo-wnut16}
-EPOCHS=${EPOCHS:-8}
+EPOCHS=${EPOCHS:-20}
 export OMP_NUM_THREADS=${THREADS:-$(python -c "import os; print(os.cpu_count() or 1)")}
 export TOKENIZERS_PARALLELISM=false
 START=$(date +%s)
