@@ -11,6 +11,7 @@ from torch import nn
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 
 from .crf import ConditionalRandomField
+from .word_embeddings import validated_attention_mask
 
 IGNORE_INDEX = -100
 
@@ -54,9 +55,7 @@ def encode(model, input_ids, attention_mask, inputs_embeds, output_hidden_states
         return_dict=True,
     )
     batch, seq = outputs.last_hidden_state.shape[:2]
-    if attention_mask is None:
-        attention_mask = torch.ones(batch, seq, dtype=torch.bool, device=outputs.last_hidden_state.device)
-    return outputs, attention_mask.bool()
+    return outputs, validated_attention_mask(attention_mask, batch, seq, outputs.last_hidden_state.device)
 
 
 class SequenceClassificationHeadMixin:

@@ -20,6 +20,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling
 from .configuration_baselines import BaselineEncoderConfig
 from .crf import ConditionalRandomField
 from .heads import SequenceClassificationHeadMixin, TokenClassificationHeadMixin, masked_mean
+from .word_embeddings import WordEmbeddingsMixin, validated_attention_mask
 
 
 class BiLSTMEncoder(nn.Module):
@@ -185,7 +186,7 @@ class BaselinePreTrainedModel(PreTrainedModel):
             module.reset_parameters()
 
 
-class BaselineModel(BaselinePreTrainedModel):
+class BaselineModel(WordEmbeddingsMixin, BaselinePreTrainedModel):
     r"""
     A bare baseline encoder (`config.encoder_type`): word embeddings, embedding dropout, then the encoder. Takes the
     same inputs and returns the same [`BaseModelOutputWithPooling`] as [`SLSTMModel`].
@@ -196,16 +197,9 @@ class BaselineModel(BaselinePreTrainedModel):
 
     def __init__(self, config: BaselineEncoderConfig):
         super().__init__(config)
-        self.embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
-        self.embedding_dropout = nn.Dropout(config.embedding_dropout)
+        self.init_word_embeddings(config)
         self.encoder = ENCODERS[config.encoder_type](config)
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings
-
-    def set_input_embeddings(self, value: nn.Embedding):
-        self.embeddings = value
 
     def forward(
         self,
@@ -230,20 +224,9 @@ class BaselineModel(BaselinePreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds")
-        embeds = self.embeddings(input_ids) if input_ids is not None else inputs_embeds
-        if embeds.dim() != 3 or embeds.shape[-1] != self.config.embedding_dim or embeds.shape[1] == 0:
-            raise ValueError(
-                f"Expected inputs of shape (batch, seq >= 1, {self.config.embedding_dim}), got {tuple(embeds.shape)}"
-            )
+        embeds = self.embed(input_ids, inputs_embeds)
         batch, seq, _ = embeds.shape
-        if attention_mask is None:
-            mask = torch.ones(batch, seq, dtype=torch.bool, device=embeds.device)
-        elif attention_mask.shape != (batch, seq):
-            raise ValueError(f"attention_mask must have shape {(batch, seq)}, got {tuple(attention_mask.shape)}")
-        else:
-            mask = attention_mask.to(device=embeds.device, dtype=torch.bool)
+        mask = validated_attention_mask(attention_mask, batch, seq, embeds.device)
         embeds = embeds * mask.unsqueeze(-1).to(embeds.dtype)
         outputs, pooled = self.encoder(self.embedding_dropout(embeds), mask)
         hidden_states = (embeds, outputs) if output_hidden_states else None
