@@ -48,6 +48,19 @@ RECIPE = [
     "--report_to", "none", "--seed", "42", "--do_train", "--do_eval",
 ]  # fmt: skip
 
+
+def conll2003_files(folder: Path) -> list[str]:
+    """The data arguments of one CoNLL-2003 task folder."""
+    return [
+        "--train_file",
+        str(folder / "train.txt"),
+        "--validation_file",
+        str(folder / "valid.txt"),
+        "--test_file",
+        str(folder / "test.txt"),
+    ]
+
+
 TASKS = {
     "movie_review": {
         "script": "run_classification.py",
@@ -64,16 +77,7 @@ TASKS = {
     "conll_ner": {
         "script": "run_ner.py",
         "metric": "f1",
-        "data": lambda data: [
-            "--train_file",
-            str(data / "conll2003/ner/train.txt"),
-            "--validation_file",
-            str(data / "conll2003/ner/valid.txt"),
-            "--test_file",
-            str(data / "conll2003/ner/test.txt"),
-            "--tag_scheme",
-            "bioes",
-        ],
+        "data": lambda data: [*conll2003_files(data / "conll2003" / "ner"), "--tag_scheme", "bioes"],
         "configs": {
             "slstm": CONFIGS / "slstm-ner-crf.json",
             "bilstm1": CONFIGS / "baselines" / "bilstm1-ner-crf.json",
@@ -83,15 +87,7 @@ TASKS = {
     "conll_pos": {
         "script": "run_ner.py",
         "metric": "accuracy",
-        "data": lambda data: [
-            "--train_file",
-            str(data / "conll2003/pos/train.txt"),
-            "--validation_file",
-            str(data / "conll2003/pos/valid.txt"),
-            "--test_file",
-            str(data / "conll2003/pos/test.txt"),
-            "--include_eval_labels",
-        ],
+        "data": lambda data: [*conll2003_files(data / "conll2003" / "pos"), "--include_eval_labels"],
         "configs": {
             "slstm": CONFIGS / "slstm-pos.json",
             "bilstm1": CONFIGS / "baselines" / "bilstm1-pos.json",

@@ -117,16 +117,6 @@ def main():
                 desc=f"Tokenizing {split}",
             )
 
-    trainer = training_utils.SLSTMTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=processed.get("train") if training_args.do_train else None,
-        eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
-        processing_class=tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=classification_metrics,
-    )
-
     def write_predictions(output):
         predicted = output.predictions.argmax(-1)
         path = Path(training_args.output_dir) / "predictions.txt"
@@ -142,11 +132,18 @@ def main():
         "auto_class": "AutoModelForSequenceClassification",
         "task_description": "sentence classification",
         "training_data": f"{source} ({', '.join(f'{s} {len(e):,} examples' for s, e in raw.items())})",
-        "command": training_utils.command_line(),
-        "labels": label_list,
-        "usage_example": USAGE.replace("REPO_ID", training_args.hub_model_id or training_args.output_dir),
+        "usage_example": USAGE,
     }
-    training_utils.train_evaluate_predict(trainer, training_args, processed, write_predictions, card_info)
+    training_utils.train_evaluate_predict(
+        model,
+        tokenizer,
+        training_args,
+        processed,
+        DataCollatorWithPadding(tokenizer),
+        classification_metrics,
+        write_predictions,
+        card_info,
+    )
 
 
 USAGE = """```python

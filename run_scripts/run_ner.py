@@ -254,16 +254,6 @@ def main():
         data_args.strict_metrics,
         data_args.return_entity_level_metrics,
     )
-    trainer = training_utils.SLSTMTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=processed.get("train") if training_args.do_train else None,
-        eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
-        processing_class=tokenizer,
-        data_collator=DataCollatorForTokenClassification(tokenizer),
-        compute_metrics=metrics,
-        preprocess_logits_for_metrics=argmax_logits,
-    )
 
     def write_predictions(output):
         _, predicted_tags = metrics.decode(output.predictions, output.label_ids)
@@ -284,11 +274,19 @@ def main():
         "auto_class": "AutoModelForTokenClassification",
         "task_description": f"{task_name}, tag scheme {train_scheme}" if span_task else task_name,
         "training_data": describe_data(data_args, raw),
-        "command": training_utils.command_line(),
-        "labels": label_list,
-        "usage_example": USAGE.replace("REPO_ID", training_args.hub_model_id or training_args.output_dir),
+        "usage_example": USAGE,
     }
-    training_utils.train_evaluate_predict(trainer, training_args, processed, write_predictions, card_info)
+    training_utils.train_evaluate_predict(
+        model,
+        tokenizer,
+        training_args,
+        processed,
+        DataCollatorForTokenClassification(tokenizer),
+        metrics,
+        write_predictions,
+        card_info,
+        preprocess_logits_for_metrics=argmax_logits,
+    )
 
 
 USAGE = """```python

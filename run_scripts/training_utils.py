@@ -456,20 +456,37 @@ def last_checkpoint(output_dir: str) -> str | None:
 
 
 def train_evaluate_predict(
-    trainer: SLSTMTrainer,
+    model,
+    tokenizer,
     training_args: SLSTMTrainingArguments,
     processed: dict,
+    data_collator,
+    compute_metrics,
     write_predictions,
     card_info: dict,
+    **trainer_kwargs,
 ) -> dict:
-    """Train (optionally resuming), evaluate on the validation split, predict on the test split, write
-    `all_results.json`, the model card and the predictions; push to the Hub when asked.
+    """Build the `SLSTMTrainer`, train (optionally resuming), evaluate on the validation split, predict on the test
+    split, write `all_results.json`, the model card and the predictions; push to the Hub when asked.
 
     Args:
         processed: tokenised splits by name (`train`, `validation`, `test`, any may be missing).
         write_predictions: `f(prediction_output) -> None`, called on the main process for the test split.
-        card_info: model-card fields (see `write_model_card`); the metrics are added here.
+        card_info: model-card fields (see `write_model_card`) but `command`, `labels`, `metrics` and
+            `config_summary`, which are added here; `REPO_ID` in its `usage_example` becomes the Hub repository (or
+            the output folder).
+        trainer_kwargs: more `Trainer` arguments (e.g. `preprocess_logits_for_metrics`).
     """
+    trainer = SLSTMTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=processed.get("train") if training_args.do_train else None,
+        eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
+        processing_class=tokenizer,
+        data_collator=data_collator,
+        compute_metrics=compute_metrics,
+        **trainer_kwargs,
+    )
     all_metrics = {}
     if training_args.do_train:
         checkpoint = training_args.resume_from_checkpoint
@@ -499,6 +516,11 @@ def train_evaluate_predict(
         if trainer.is_world_process_zero():
             write_predictions(output)
     card_info = dict(card_info)
+    card_info["command"] = command_line()
+    card_info["labels"] = [model.config.id2label[index] for index in range(model.config.num_labels)]
+    card_info["usage_example"] = card_info["usage_example"].replace(
+        "REPO_ID", training_args.hub_model_id or training_args.output_dir
+    )
     card_info["metrics"] = {
         k: v
         for k, v in all_metrics.items()

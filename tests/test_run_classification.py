@@ -1,23 +1,11 @@
 """run_scripts/run_classification.py end to end on generated files and on slices of the shared data."""
 
 import pytest
-from test_run_helpers import COMMON_TRAINING, read_json, require_shared, run_main
+from test_run_helpers import read_json, require_shared, run_args, run_main
 
 
-def cls_args(output_dir, *extra):
-    return [
-        "--config_name",
-        "hub_configs/slstm-classification.json",
-        "--config_overrides",
-        "hidden_size=16,embedding_dim=16,num_steps=2",
-        "--output_dir",
-        str(output_dir),
-        "--do_train",
-        "--do_eval",
-        "--do_predict",
-        *COMMON_TRAINING,
-        *extra,
-    ]
+def cls_args(output_dir, paths=None, **options):
+    return run_args(output_dir, paths, config_name="hub_configs/slstm-classification.json", **options)
 
 
 def generated_files(tmp_path, n=24):
@@ -34,21 +22,7 @@ def generated_files(tmp_path, n=24):
 def test_generated_text_label_files(tmp_path, monkeypatch):
     paths = generated_files(tmp_path)
     out = tmp_path / "out"
-    run_main_args = cls_args(
-        out,
-        "--train_file",
-        str(paths["train"]),
-        "--validation_file",
-        str(paths["validation"]),
-        "--test_file",
-        str(paths["test"]),
-        "--num_train_epochs",
-        "4",
-        "--lr_decay_per_epoch",
-        "0.97",
-        "--eval_strategy",
-        "epoch",
-    )
+    run_main_args = cls_args(out, paths, num_train_epochs=4, lr_decay_per_epoch=0.97, eval_strategy="epoch")
     run_main("run_classification", run_main_args, monkeypatch)
     results = read_json(out / "all_results.json")
     for key in ("eval_accuracy", "eval_macro_f1", "test_accuracy", "test_macro_f1"):
@@ -70,16 +44,10 @@ def test_csv_and_parquet_inputs(tmp_path, monkeypatch):
         "run_classification",
         cls_args(
             out,
-            "--train_file",
-            str(tmp_path / "train.csv"),
-            "--test_file",
-            str(tmp_path / "test.parquet"),
-            "--text_column_name",
-            "sentence",
-            "--label_column_name",
-            "polarity",
-            "--max_steps",
-            "3",
+            {"train": tmp_path / "train.csv", "test": tmp_path / "test.parquet"},
+            text_column_name="sentence",
+            label_column_name="polarity",
+            max_steps=3,
         ),
         monkeypatch,
     )
@@ -94,16 +62,11 @@ def test_movie_review_slice(tmp_path, monkeypatch):
         "run_classification",
         cls_args(
             out,
-            "--rt_polarity_dir",
-            str(directory),
-            "--max_train_samples",
-            "80",
-            "--max_eval_samples",
-            "40",
-            "--max_predict_samples",
-            "40",
-            "--max_steps",
-            "4",
+            rt_polarity_dir=directory,
+            max_train_samples=80,
+            max_eval_samples=40,
+            max_predict_samples=40,
+            max_steps=4,
         ),
         monkeypatch,
     )
@@ -118,22 +81,16 @@ def test_apparel_slice(tmp_path, monkeypatch):
         "run_classification",
         cls_args(
             out,
-            "--train_file",
-            str(directory / "apparel_trn"),
-            "--validation_file",
-            str(directory / "apparel_dev"),
-            "--test_file",
-            str(directory / "apparel_tst"),
-            "--max_train_samples",
-            "60",
-            "--max_eval_samples",
-            "20",
-            "--max_predict_samples",
-            "20",
-            "--max_steps",
-            "3",
-            "--max_seq_length",
-            "64",
+            {
+                "train": directory / "apparel_trn",
+                "validation": directory / "apparel_dev",
+                "test": directory / "apparel_tst",
+            },
+            max_train_samples=60,
+            max_eval_samples=20,
+            max_predict_samples=20,
+            max_steps=3,
+            max_seq_length=64,
         ),
         monkeypatch,
     )
@@ -143,18 +100,14 @@ def test_apparel_slice(tmp_path, monkeypatch):
 def test_bad_inputs(tmp_path, monkeypatch):
     paths = generated_files(tmp_path)
     with pytest.raises(FileNotFoundError, match="nothere"):
-        run_main(
-            "run_classification", cls_args(tmp_path / "o", "--train_file", str(tmp_path / "nothere")), monkeypatch
-        )
+        run_main("run_classification", cls_args(tmp_path / "o", {"train": tmp_path / "nothere"}), monkeypatch)
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(ValueError, match="empty"):
-        run_main(
-            "run_classification", cls_args(tmp_path / "o", "--train_file", str(tmp_path / "empty.txt")), monkeypatch
-        )
+        run_main("run_classification", cls_args(tmp_path / "o", {"train": tmp_path / "empty.txt"}), monkeypatch)
     (tmp_path / "unseen.txt").write_text("so so ||| neutral\n")
     with pytest.raises(ValueError, match=r"unseen in the training data\): \['neutral'\]"):
         run_main(
             "run_classification",
-            cls_args(tmp_path / "o", "--train_file", str(paths["train"]), "--test_file", str(tmp_path / "unseen.txt")),
+            cls_args(tmp_path / "o", {"train": paths["train"], "test": tmp_path / "unseen.txt"}),
             monkeypatch,
         )

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from safetensors.torch import load_file
-from test_run_helpers import REPO, data_utils, read_json, run_subprocess, training_utils, write_generated_ner
+from test_run_helpers import REPO, data_utils, read_json, run_args, run_subprocess, training_utils, write_generated_ner
 
 ACCELERATE_2PROC = [
     sys.executable,
@@ -31,40 +31,21 @@ ACCELERATE_2PROC = [
 ]
 
 
-def ner_command(paths, output_dir, batch_size, use_crf, *extra):
-    overrides = f"hidden_size=12,embedding_dim=12,num_steps=2,embedding_dropout=0.0,use_crf={str(use_crf).lower()}"
+def ner_command(paths, output_dir, batch_size, use_crf=True, dropout=0.0, **options):
+    overrides = (
+        f"hidden_size=12,embedding_dim=12,num_steps=2,embedding_dropout={dropout},use_crf={str(use_crf).lower()}"
+    )
     return [
         str(REPO / "run_scripts" / "run_ner.py"),
-        "--config_name",
-        "hub_configs/slstm-ner-crf-small.json",
-        "--config_overrides",
-        overrides,
-        "--train_file",
-        str(paths["train"]),
-        "--validation_file",
-        str(paths["validation"]),
-        "--test_file",
-        str(paths["test"]),
-        "--output_dir",
-        str(output_dir),
-        "--do_train",
-        "--do_eval",
-        "--do_predict",
-        "--per_device_train_batch_size",
-        str(batch_size),
-        "--per_device_eval_batch_size",
-        "4",
-        "--learning_rate",
-        "0.01",
-        "--seed",
-        "3",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "true",
-        "--dataloader_num_workers",
-        "0",
-        *extra,
+        *run_args(
+            output_dir,
+            paths,
+            config_overrides=overrides,
+            per_device_train_batch_size=batch_size,
+            per_device_eval_batch_size=4,
+            seed=3,
+            **options,
+        ),
     ]
 
 
@@ -97,9 +78,9 @@ def test_two_processes_match_one_process(tmp_path, launcher, use_crf):
     # test: 16, even.
     paths = write_generated_ner(tmp_path, n_train=32, n_eval=13, n_test=16)
     single, double = tmp_path / "single", tmp_path / "double"
-    steps = ["--max_steps", "3", "--logging_steps", "1"]
-    run_subprocess([sys.executable, *ner_command(paths, single, 8, use_crf, *steps)])
-    result = run_subprocess([*launcher, *ner_command(paths, double, 4, use_crf, *steps)])
+    steps = {"max_steps": 3, "logging_steps": 1}
+    run_subprocess([sys.executable, *ner_command(paths, single, 8, use_crf, **steps)])
+    result = run_subprocess([*launcher, *ner_command(paths, double, 4, use_crf, **steps)])
     assert "world size 2" in result.stdout + result.stderr
 
     one, two = read_json(single / "all_results.json"), read_json(double / "all_results.json")
@@ -118,25 +99,25 @@ def test_two_processes_match_one_process(tmp_path, launcher, use_crf):
 
 def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     paths = write_generated_ner(tmp_path, n_train=16, n_eval=6)
+
     # 4 optimizer steps per epoch, 3 epochs; killed after the checkpoint of step 6 (mid second epoch), with dropout,
     # per-epoch LR decay and length-grouped batches, so RNG, scheduler and sampler state must all be restored.
-    extra = [
-        "--num_train_epochs",
-        "3",
-        "--save_steps",
-        "2",
-        "--lr_decay_per_epoch",
-        "0.5",
-        "--train_sampling_strategy",
-        "group_by_length",
-        "--max_grad_norm",
-        "3",
-    ]
-
-    def command(output_dir, *more):
-        cmd = ner_command(paths, output_dir, 4, True, *extra, *more)
-        cmd[cmd.index("--config_overrides") + 1] = "hidden_size=12,embedding_dim=12,num_steps=2,embedding_dropout=0.5"
-        return [sys.executable, *cmd]
+    def command(output_dir, **more):
+        return [
+            sys.executable,
+            *ner_command(
+                paths,
+                output_dir,
+                4,
+                dropout=0.5,
+                num_train_epochs=3,
+                save_steps=2,
+                lr_decay_per_epoch=0.5,
+                train_sampling_strategy="group_by_length",
+                max_grad_norm=3,
+                **more,
+            ),
+        ]
 
     full, killed = tmp_path / "full", tmp_path / "killed"
     run_subprocess(command(full))
@@ -144,6 +125,6 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     assert interrupted.returncode == -9, interrupted.stdout[-2000:] + interrupted.stderr[-2000:]
     assert (killed / "checkpoint-6").is_dir() and not (killed / "checkpoint-8").exists()
     assert not (killed / "model.safetensors").exists()
-    run_subprocess(command(killed, "--resume_from_checkpoint", str(killed / "checkpoint-6")))
+    run_subprocess(command(killed, resume_from_checkpoint=killed / "checkpoint-6"))
     assert_same_weights(full, killed, atol=0.0)
     assert read_json(killed / "all_results.json")["test_f1"] == read_json(full / "all_results.json")["test_f1"]

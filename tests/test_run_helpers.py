@@ -22,23 +22,36 @@ import training_utils
 
 __all__ = ["REPO", "SHARED_DATA", "data_utils", "training_utils"]
 
+NER_CONFIG = "hub_configs/slstm-ner-crf-small.json"
 TINY_MODEL = "hidden_size=16,embedding_dim=16,num_steps=2"
-COMMON_TRAINING = [
-    "--report_to",
-    "none",
-    "--disable_tqdm",
-    "true",
-    "--seed",
-    "7",
-    "--per_device_train_batch_size",
-    "8",
-    "--per_device_eval_batch_size",
-    "16",
-    "--learning_rate",
-    "0.01",
-    "--dataloader_num_workers",
-    "0",
-]
+COMMON_TRAINING = {
+    "report_to": "none",
+    "disable_tqdm": "true",
+    "seed": 7,
+    "per_device_train_batch_size": 8,
+    "per_device_eval_batch_size": 16,
+    "learning_rate": 0.01,
+    "dataloader_num_workers": 0,
+}
+
+
+def cli(**options) -> list[str]:
+    """`--name value` for each keyword argument, in order; `True` gives a bare `--name` and `None` leaves it out."""
+    args = []
+    for name, value in options.items():
+        if value is not None:
+            args += [f"--{name}"] if value is True else [f"--{name}", str(value)]
+    return args
+
+
+def run_args(output_dir, paths: dict | None = None, **options) -> list[str]:
+    """The command line of run_ner.py / run_classification.py: a tiny fresh model from NER_CONFIG, the data files in
+    `paths` (by split: train, validation, test), do_train/do_eval/do_predict and COMMON_TRAINING, each of them
+    replaced by the `options` of the same name (`None` drops one), then the other `options`."""
+    files = {f"{split}_file": path for split, path in (paths or {}).items()}
+    defaults = {"config_name": NER_CONFIG, "config_overrides": TINY_MODEL, **files, "output_dir": output_dir}
+    defaults |= {"do_train": True, "do_eval": True, "do_predict": True, **COMMON_TRAINING}
+    return cli(**(defaults | options))
 
 
 def require_shared(*parts) -> Path:

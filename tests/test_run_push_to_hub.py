@@ -12,7 +12,7 @@ from unittest import mock
 import torch
 import yaml
 from huggingface_hub import CommitOperationAdd, HfApi, RepoUrl
-from test_run_helpers import COMMON_TRAINING, TINY_MODEL, run_main, write_generated_ner
+from test_run_helpers import run_args, run_main, write_generated_ner
 
 REPO_ID = "someone/slstm-tiny-ner"
 
@@ -57,33 +57,9 @@ def test_push_to_hub_commit_and_fresh_load(tmp_path, monkeypatch):
     ):
         run_main(
             "run_ner",
-            [
-                "--config_name",
-                "hub_configs/slstm-ner-crf-small.json",
-                "--config_overrides",
-                TINY_MODEL,
-                "--train_file",
-                str(paths["train"]),
-                "--validation_file",
-                str(paths["validation"]),
-                "--test_file",
-                str(paths["test"]),
-                "--output_dir",
-                str(out),
-                "--do_train",
-                "--do_eval",
-                "--do_predict",
-                "--max_steps",
-                "3",
-                "--save_steps",
-                "2",
-                "--push_to_hub",
-                "--hub_model_id",
-                REPO_ID,
-                "--hub_token",
-                "hf_fake",
-                *COMMON_TRAINING,
-            ],
+            run_args(
+                out, paths, max_steps=3, save_steps=2, push_to_hub=True, hub_model_id=REPO_ID, hub_token="hf_fake"
+            ),
             monkeypatch,
         )
 
