@@ -181,9 +181,7 @@ def _favour_path(max_marginals: torch.Tensor, path: torch.Tensor) -> torch.Tenso
     return torch.where(on_path, 0.0, max_marginals.clamp(max=-_TIE_MARGIN))
 
 
-def _constraint_lists(
-    allowed_transitions: tuple, num_tags: int
-) -> tuple[list[bool], list[bool], list[list[bool]]]:
+def _constraint_lists(allowed_transitions: tuple, num_tags: int) -> tuple[list[bool], list[bool], list[list[bool]]]:
     """Check a ``(start_allowed, end_allowed, transition_allowed)`` triple and return it as Python lists."""
     if not isinstance(allowed_transitions, (tuple, list)) or len(allowed_transitions) != 3:
         raise ValueError(
@@ -285,9 +283,7 @@ class ConditionalRandomField(nn.Module):
         """float32, or float64 when the emissions or the parameters are float64 (e.g. for gradcheck)."""
         return torch.promote_types(torch.promote_types(emissions.dtype, self.transitions.dtype), torch.float32)
 
-    def _scores(
-        self, forbidden_score: float, dtype: torch.dtype
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _scores(self, forbidden_score: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Start (L,), end (L,) and transition (L, L) scores in ``dtype``; forbidden moves score
         ``forbidden_score``."""
         return (
@@ -330,9 +326,7 @@ class ConditionalRandomField(nn.Module):
         if mask.is_floating_point() or mask.is_complex():
             raise ValueError(f"mask must be a bool or 0/1 integer tensor, got dtype {mask.dtype}")
         if not ((mask == 0) | (mask == 1)).all():
-            raise ValueError(
-                f"an integer mask must hold only 0 and 1, got values {torch.unique(mask).tolist()}"
-            )
+            raise ValueError(f"an integer mask must hold only 0 and 1, got values {torch.unique(mask).tolist()}")
         return mask.bool()
 
     def _validated_tags(self, tags: torch.Tensor, mask: torch.Tensor, batch_shape: tuple) -> torch.Tensor:
@@ -346,9 +340,7 @@ class ConditionalRandomField(nn.Module):
         out_of_range = mask & ((tags < 0) | (tags >= self.num_tags))  # (batch, seq)
         if out_of_range.any():
             bad_values = torch.unique(tags[out_of_range]).tolist()
-            raise ValueError(
-                f"tags at unmasked positions must be in [0, {self.num_tags}), got {bad_values[:5]}"
-            )
+            raise ValueError(f"tags at unmasked positions must be in [0, {self.num_tags}), got {bad_values[:5]}")
         return tags
 
     def log_likelihood(

@@ -303,7 +303,14 @@ class SLSTMModel(WordEmbeddingsMixin, SLSTMPreTrainedModel):
         all_word_states = (word_states,) if output_hidden_states else None
         for _ in range(self.config.num_steps):
             word_states, word_cells, sentence_states, sentence_cells = self.transition(
-                word_states, word_cells, sentence_states, sentence_cells, input_gate_terms, input_content, mask, lengths
+                word_states,
+                word_cells,
+                sentence_states,
+                sentence_cells,
+                input_gate_terms,
+                input_content,
+                mask,
+                lengths,
             )
             if output_hidden_states:
                 all_word_states += (word_states,)

@@ -24,7 +24,7 @@ import data_utils
 import training_utils
 from datasets import Dataset
 from sklearn.metrics import accuracy_score, f1_score
-from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, set_seed
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
 logger = logging.getLogger("run_classification")
 
@@ -56,12 +56,7 @@ def classification_metrics(eval_prediction) -> dict:
 
 
 def main():
-    model_args, data_args, training_args = training_utils.parse_arguments(
-        (training_utils.ModelArguments, ClassificationDataArguments, training_utils.SLSTMTrainingArguments)
-    )
-    training_utils.setup_logging(training_args)
-    training_utils.defer_push_to_hub(training_args)
-    set_seed(training_args.seed)
+    model_args, data_args, training_args = training_utils.parse_and_set_up(ClassificationDataArguments)
 
     if data_args.rt_polarity_dir:
         raw = data_utils.read_rt_polarity(data_args.rt_polarity_dir, seed=data_args.split_seed)

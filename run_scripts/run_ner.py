@@ -29,7 +29,7 @@ import training_utils
 from datasets import Dataset
 from seqeval.metrics import classification_report
 from seqeval.scheme import IOB2, IOBES
-from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
+from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
 
 from modeling_slstm.tag_schemes import (
     convert_tag_sequence,
@@ -151,12 +151,7 @@ def argmax_logits(logits, labels):
 
 
 def main():
-    model_args, data_args, training_args = training_utils.parse_arguments(
-        (training_utils.ModelArguments, NERDataArguments, training_utils.SLSTMTrainingArguments)
-    )
-    training_utils.setup_logging(training_args)
-    training_utils.defer_push_to_hub(training_args)
-    set_seed(training_args.seed)
+    model_args, data_args, training_args = training_utils.parse_and_set_up(NERDataArguments)
 
     label_column = data_args.conll_label_column
     if data_args.label_column_name and data_args.label_column_name.lstrip("-").isdigit():

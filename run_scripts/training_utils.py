@@ -170,6 +170,18 @@ def parse_arguments(dataclass_types):
     return parser.parse_args_into_dataclasses(args=args)
 
 
+def parse_and_set_up(data_arguments_class) -> tuple:
+    """The start every training script shares: `(model_args, data_args, training_args)` from the command line,
+    logging configured, a push to the Hub deferred to the end of the run, and the seed set."""
+    model_args, data_args, training_args = parse_arguments(
+        (ModelArguments, data_arguments_class, SLSTMTrainingArguments)
+    )
+    setup_logging(training_args)
+    defer_push_to_hub(training_args)
+    transformers.set_seed(training_args.seed)
+    return model_args, data_args, training_args
+
+
 def setup_logging(training_args: TrainingArguments) -> None:
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
