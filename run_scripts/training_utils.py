@@ -544,6 +544,11 @@ def train_evaluate_predict(
         write_model_card(training_args.output_dir, card_info, model_name=training_args.hub_model_id)
     if getattr(training_args, "_push_at_end", False):
         trainer.push_to_hub(commit_message="S-LSTM: end of training")
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # Left to interpreter exit, gloo's threads sometimes abort a process ("terminate called without an active
+        # exception"), failing a run that has finished and saved everything.
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     return all_metrics
 
 
