@@ -363,3 +363,19 @@ def tokenize_texts(examples: dict, tokenizer, label2id: dict[str, int], max_leng
 def count_truncated(lengths: Iterable[int], max_length: int) -> int:
     """Number of examples whose framed length (`n + 2` for `<s>`/`</s>`) exceeds `max_length`."""
     return sum(length + 2 > max_length for length in lengths)
+
+
+def tokenize_split(
+    split: str, examples: list[dict], tokenize_function, training_args, **fn_kwargs
+) -> datasets.Dataset:
+    """`examples` as a `Dataset` mapped through `tokenize_function` (batched), tokenised once by the main process
+    and read from the cache by the others."""
+    dataset = datasets.Dataset.from_list(examples)
+    with training_args.main_process_first(desc=f"tokenizing {split}"):
+        return dataset.map(
+            tokenize_function,
+            batched=True,
+            remove_columns=dataset.column_names,
+            fn_kwargs=fn_kwargs,
+            desc=f"Tokenizing {split}",
+        )

@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data_utils
 import training_utils
-from datasets import Dataset
 from sklearn.metrics import accuracy_score, f1_score
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
 
@@ -97,15 +96,15 @@ def main():
         truncated = data_utils.count_truncated((len(e["text"].split()) for e in examples), max_length)
         if truncated:
             logger.warning(f"{split}: {truncated} example(s) longer than --max_seq_length {max_length} are truncated")
-        dataset = Dataset.from_list(examples)
-        with training_args.main_process_first(desc=f"tokenizing {split}"):
-            processed[split] = dataset.map(
-                data_utils.tokenize_texts,
-                batched=True,
-                remove_columns=dataset.column_names,
-                fn_kwargs={"tokenizer": tokenizer, "label2id": label2id, "max_length": max_length},
-                desc=f"Tokenizing {split}",
-            )
+        processed[split] = data_utils.tokenize_split(
+            split,
+            examples,
+            data_utils.tokenize_texts,
+            training_args,
+            tokenizer=tokenizer,
+            label2id=label2id,
+            max_length=max_length,
+        )
 
     def write_predictions(output):
         predicted = output.predictions.argmax(-1)

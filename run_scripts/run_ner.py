@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import data_utils
 import numpy as np
 import training_utils
-from datasets import Dataset
 from seqeval.metrics import classification_report
 from seqeval.scheme import IOB2, IOBES
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
@@ -232,15 +231,15 @@ def main():
                 f"{split}: {truncated} sentence(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
                 "included) are truncated; their remaining words are scored as missed and predicted as 'O'"
             )
-        dataset = Dataset.from_list([{"tokens": clean_tokens(e["tokens"]), "tags": e["tags"]} for e in examples])
-        with training_args.main_process_first(desc=f"tokenizing {split}"):
-            processed[split] = dataset.map(
-                data_utils.tokenize_and_align_labels,
-                batched=True,
-                remove_columns=dataset.column_names,
-                fn_kwargs={"tokenizer": tokenizer, "label2id": label2id, "max_length": max_length},
-                desc=f"Tokenizing {split}",
-            )
+        processed[split] = data_utils.tokenize_split(
+            split,
+            [{"tokens": clean_tokens(e["tokens"]), "tags": e["tags"]} for e in examples],
+            data_utils.tokenize_and_align_labels,
+            training_args,
+            tokenizer=tokenizer,
+            label2id=label2id,
+            max_length=max_length,
+        )
     processed = {split: dataset.remove_columns("num_words") for split, dataset in processed.items()}
 
     metrics = TokenMetrics(
