@@ -11,15 +11,8 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .configuration_baselines import BaselineEncoderConfig
 from .configuration_slstm import SLSTMConfig
 from .crf import ConditionalRandomField
-from .modeling_baselines import (
-    BaselineForSequenceClassification,
-    BaselineForTokenClassification,
-    BaselineModel,
-    BaselinePreTrainedModel,
-)
 from .modeling_slstm import (
     SLSTMForSequenceClassification,
     SLSTMForTokenClassification,
@@ -27,21 +20,12 @@ from .modeling_slstm import (
     SLSTMPreTrainedModel,
 )
 
-for config_class, base, sequence_head, token_head in (
-    (SLSTMConfig, SLSTMModel, SLSTMForSequenceClassification, SLSTMForTokenClassification),
-    (BaselineEncoderConfig, BaselineModel, BaselineForSequenceClassification, BaselineForTokenClassification),
-):
-    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-    AutoModel.register(config_class, base, exist_ok=True)
-    AutoModelForSequenceClassification.register(config_class, sequence_head, exist_ok=True)
-    AutoModelForTokenClassification.register(config_class, token_head, exist_ok=True)
+AutoConfig.register(SLSTMConfig.model_type, SLSTMConfig, exist_ok=True)
+AutoModel.register(SLSTMConfig, SLSTMModel, exist_ok=True)
+AutoModelForSequenceClassification.register(SLSTMConfig, SLSTMForSequenceClassification, exist_ok=True)
+AutoModelForTokenClassification.register(SLSTMConfig, SLSTMForTokenClassification, exist_ok=True)
 
 __all__ = [
-    "BaselineEncoderConfig",
-    "BaselineForSequenceClassification",
-    "BaselineForTokenClassification",
-    "BaselineModel",
-    "BaselinePreTrainedModel",
     "ConditionalRandomField",
     "SLSTMConfig",
     "SLSTMForSequenceClassification",

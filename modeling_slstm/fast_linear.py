@@ -1,15 +1,35 @@
-"""A float32 CPU matmul routed to oneDNN, for the S-LSTM step.
+"""`SLSTMLinear`: the `nn.Linear` of every S-LSTM layer, with the CPU matmul path chosen for the machine it runs on.
 
-Hand-written because no library exposes it: PyTorch sends float32 `F.linear`/`addmm` on the CPU to MKL, which on
-some CPUs (this project's AMD EPYC among them) runs at about half of oneDNN's speed for the same product, while
-`torch.utils.mkldnn` only converts whole modules for inference (no autograd). `run_scripts/benchmark_speed.py`
-measures both backends side by side.
+Hand-written because no library does this per machine: PyTorch sends float32 `F.linear` on the CPU to MKL, which
+on AMD CPUs with AVX-512 runs at about half of oneDNN's speed for the same product, while on AMD CPUs with AVX2 only
+it is the faster of the two; `torch.utils.mkldnn` only converts whole modules for inference (no autograd). And CPU
+bf16 autocast, a large gain where the CPU has a fast bf16 path, makes matmuls many times slower where it has none.
+
+`SLSTMLinear` is a plain `nn.Linear` subclass (same parameters, same state dict), so PEFT/LoRA, forward hooks,
+pruning and quantised replacements see and replace it like any other `nn.Linear`. Its forward only picks how the
+same product is computed; results differ from `nn.Linear` by float summation order at most.
+
+Measured float32 GEMM speed behind the backend rule (`run_scripts/benchmark_speed.py` prints both on any machine):
+
+| CPU | oneDNN | MKL (PyTorch default) |
+|---|---|---|
+| AMD EPYC, AVX-512 with native bf16 | 447 GFLOP/s | 202 GFLOP/s (model forward+backward: oneDNN 2.06x) |
+| AMD EPYC, AVX2 only | 136 GFLOP/s | 178 GFLOP/s (model: 965 vs 1,177 tokens/s) |
 """
 
+import logging
+import os
 import re
+from functools import cache
 
 import torch
 from torch import nn
+
+
+logger = logging.getLogger(__name__)
+
+MATMUL_BACKENDS = ("auto", "onednn", "default")
+MATMUL_BACKEND_ENV = "SLSTM_MATMUL_BACKEND"
 
 
 def _onednn_matmul_impl(inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -51,29 +71,106 @@ def _onednn_matmul_backward(ctx, grad):
 _onednn_matmul.register_autograd(_onednn_matmul_backward, setup_context=_onednn_matmul_setup_context)
 
 
-def _use_onednn(inputs: torch.Tensor, weight: torch.Tensor) -> bool:
+def _cpu_vendor() -> str:
+    """`vendor_id` of /proc/cpuinfo ("AuthenticAMD", "GenuineIntel", …), or "" where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _backend_for_this_cpu() -> str:
+    """The rule behind "auto": oneDNN where it was measured faster (AMD with AVX-512), PyTorch's default elsewhere,
+    so that a CPU nobody measured keeps PyTorch's own choice."""
+    has_onednn_linear = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    amd_avx512 = _cpu_vendor() == "AuthenticAMD" and torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    return "onednn" if has_onednn_linear and amd_avx512 else "default"
+
+
+_backend_override: str | None = None
+
+
+def set_matmul_backend(backend: str | None) -> None:
+    """Override the float32 CPU matmul backend for this process: "onednn", "default" (PyTorch's, MKL), "auto" (the
+    per-machine rule) or `None` (back to the `SLSTM_MATMUL_BACKEND` environment variable, itself "auto" if unset)."""
+    global _backend_override
+    if backend is not None and backend not in MATMUL_BACKENDS:
+        raise ValueError(f"matmul backend must be one of {MATMUL_BACKENDS} or None, got {backend!r}")
+    _backend_override = backend
+    selected_backend.cache_clear()
+
+
+@cache
+def selected_backend() -> str:
+    """The float32 CPU matmul backend in use: "onednn" or "default". Decided once per process (logged at debug
+    level) from `set_matmul_backend`, else the `SLSTM_MATMUL_BACKEND` environment variable, else the CPU rule."""
+    requested = _backend_override or os.environ.get(MATMUL_BACKEND_ENV, "auto")
+    if requested not in MATMUL_BACKENDS:
+        raise ValueError(f"{MATMUL_BACKEND_ENV} must be one of {MATMUL_BACKENDS}, got {requested!r}")
+    backend = _backend_for_this_cpu() if requested == "auto" else requested
+    logger.debug(
+        "S-LSTM float32 CPU matmuls: %s (requested %s; CPU capability %s, vendor %s)",
+        backend,
+        requested,
+        torch.backends.cpu.get_cpu_capability(),
+        _cpu_vendor() or "unknown",
+    )
+    return backend
+
+
+@cache
+def cpu_has_fast_bf16() -> bool:
+    """Whether CPU bf16 matmuls have a fast oneDNN path on this machine (the check PyTorch itself uses: AVX-512
+    BW/VL/DQ or ARM bf16). Without one, bf16 autocast was measured 18-20x slower than float32."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def _bf16_autocast_without_fast_path(inputs: torch.Tensor) -> bool:
     return (
-        ONEDNN_FLOAT32_MATMULS
-        and inputs.device.type == "cpu"
-        and inputs.dtype == weight.dtype == torch.float32
-        and not torch.is_autocast_enabled("cpu")
-        and _HAS_ONEDNN_LINEAR
+        inputs.device.type == "cpu"
+        and torch.is_autocast_enabled("cpu")
+        and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        and not cpu_has_fast_bf16()
     )
 
 
-_HAS_ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-ONEDNN_FLOAT32_MATMULS = True
-"""Route the S-LSTM step's float32 CPU matmuls (forward and backward) to oneDNN instead of `torch.mm`/`addmm`.
+@cache
+def _warn_float32_under_bf16_autocast() -> None:
+    logger.warning(
+        "This CPU has no fast bf16 matmul path (torch.backends.cpu.get_cpu_capability() = %s): under bf16 autocast "
+        "the S-LSTM layers keep their matmuls in float32, which is many times faster here.",
+        torch.backends.cpu.get_cpu_capability(),
+    )
 
-On CPUs where MKL takes a slow path (e.g. AMD), oneDNN is up to ~2x faster for the same float32 product
-(`run_scripts/benchmark_speed.py` measures both). The result is the same matmul (float32 accumulation) up to summation
-order. Set to `False` to use PyTorch's default backend. Other dtypes, autocast and other devices are unaffected."""
 
+class SLSTMLinear(nn.Linear):
+    r"""
+    `nn.Linear` whose CPU matmul takes the fastest path of the machine: float32 by oneDNN or PyTorch's default as
+    [`selected_backend`] says, and float32 instead of bf16 under CPU autocast where the CPU has no fast bf16 path
+    (warned once). Other devices and dtypes, `torch.export` and ONNX export take plain `nn.Linear`.
 
-def linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`nn.functional.linear`, by oneDNN for float32 CPU tensors when [`ONEDNN_FLOAT32_MATMULS`] is set."""
-    if not _use_onednn(inputs, weight):
-        return nn.functional.linear(inputs, weight, bias)
-    flat = inputs.reshape(-1, inputs.shape[-1])
-    output = _onednn_matmul(flat, weight).view(*inputs.shape[:-1], weight.shape[0])
-    return output if bias is None else output + bias
+    Args:
+        in_features (`int`), out_features (`int`), bias (`bool`, *optional*, defaults to `True`): as `nn.Linear`.
+    """
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """`(..., in_features)` -> `(..., out_features)`."""
+        if _bf16_autocast_without_fast_path(inputs):
+            _warn_float32_under_bf16_autocast()
+            with torch.autocast("cpu", enabled=False):
+                return self._float32_cpu_linear(inputs.float())
+        if inputs.device.type == "cpu" and inputs.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"):
+            return self._float32_cpu_linear(inputs)
+        return super().forward(inputs)
+
+    def _float32_cpu_linear(self, inputs: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight.float(), None if self.bias is None else self.bias.float()
+        if selected_backend() != "onednn" or torch.compiler.is_exporting():
+            return nn.functional.linear(inputs, weight, bias)
+        flat = inputs.reshape(-1, inputs.shape[-1])  # (rows, in_features)
+        output = _onednn_matmul(flat, weight).view(*inputs.shape[:-1], weight.shape[0])
+        return output if bias is None else output + bias

@@ -2,7 +2,13 @@
 
 Every word keeps its own state and all words are updated in parallel for a fixed number of steps: each step a word
 reads its neighbours' states (local exchange) and the sentence node(s) (global exchange), while the sentence node
-reads every word. Equation numbers refer to the paper; `../shared/docs/slstm-equations.md` states them cleanly.
+reads every word. Equation numbers refer to the paper; `docs/equations.md` of the repository states them and maps
+every weight below to the paper's matrices.
+
+Reading order: [`SLSTMEmbeddings`] (the word representations `x_i`), [`SLSTMStateTransition`] (one recurrent step,
+Eqs. 2-3), [`SLSTMModel`] (the encoder: `num_steps` transitions), then the task models, each with its own `forward`:
+[`SLSTMForSequenceClassification`] (with [`SLSTMPooler`]) and [`SLSTMForTokenClassification`] (softmax or the
+linear-chain CRF of `crf.py`).
 """
 
 import torch
@@ -10,13 +16,54 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
 from .configuration_slstm import SLSTMConfig
 from .crf import ConditionalRandomField
-from .fast_linear import linear
-from .heads import SequenceClassificationHeadMixin, TokenClassificationHeadMixin, masked_mean
-from .word_embeddings import WordEmbeddingsMixin, validated_attention_mask
+from .fast_linear import SLSTMLinear
+
+
+IGNORE_INDEX = -100
+"""Label of positions without a label (boundary tokens, padding, continuation sub-words), as in `nn.CrossEntropyLoss`."""
+
+
+def values_checkable(tensor: torch.Tensor) -> bool:
+    """Whether range checks that read `tensor`'s values (ids, labels) run here: in eager mode on the CPU only.
+
+    Reading values forces a host sync on accelerators and cannot be traced by `torch.compile`/`torch.export`; there
+    the data-entry code (the tokenizer, the training scripts' data preparation) is what guarantees valid values.
+    """
+    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+def check_values_in_range(
+    values: torch.Tensor, limit: int, name: str, limit_name: str, ignore_index: int | None = None
+) -> None:
+    """Raise a clear error when `values` (other than `ignore_index`) fall outside `[0, limit)`, where checkable."""
+    if not values_checkable(values):
+        return
+    checked = values if ignore_index is None else values[values != ignore_index]
+    if checked.numel() and (checked.min() < 0 or checked.max() >= limit):
+        ignored = "" if ignore_index is None else f" or {ignore_index} (ignored)"
+        raise ValueError(
+            f"{name} must be in [0, {limit}) ({limit_name}){ignored}, got values in "
+            f"[{checked.min().item()}, {checked.max().item()}]"
+        )
+
+
+def masked_mean(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean over real positions: `(batch, seq, hidden)`, bool `(batch, seq)` -> `(batch, hidden)`; zero for a row
+    without real positions."""
+    mask = attention_mask.unsqueeze(-1).to(states.dtype)  # (batch, seq, 1)
+    return (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+
+
+def real_token_mask(attention_mask: torch.Tensor | None, states: torch.Tensor) -> torch.Tensor:
+    """Bool `(batch, seq)` real-token mask for encoder outputs `states` `(batch, seq, hidden)`: all ones when no
+    `attention_mask` is given (its shape is checked by the encoder)."""
+    if attention_mask is None:
+        return torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)
+    return attention_mask.to(device=states.device, dtype=torch.bool)
 
 
 def neighbourhood(states: torch.Tensor, window_size: int) -> torch.Tensor:
@@ -31,6 +78,43 @@ def neighbourhood(states: torch.Tensor, window_size: int) -> torch.Tensor:
     """
     padded = nn.functional.pad(states, (0, 0, window_size, window_size))  # (batch, seq + 2w, hidden)
     return padded.unfold(1, 2 * window_size + 1, 1).transpose(2, 3)  # (batch, seq, 2w + 1, hidden)
+
+
+class SLSTMEmbeddings(nn.Module):
+    r"""
+    The word representations `x_i` the recurrence reads: word embeddings (or given `inputs_embeds`), then dropout.
+
+    Args:
+        config ([`SLSTMConfig`]): `vocab_size`, `embedding_dim`, `pad_token_id` (a zero, untrained row) and
+            `embedding_dropout` are read.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.vocab_size = config.vocab_size
+        self.embedding_dim = config.embedding_dim
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
+        self.dropout = nn.Dropout(config.embedding_dropout)
+
+    def forward(
+        self, input_ids: torch.LongTensor | None = None, inputs_embeds: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Exactly one of `input_ids` `(batch, seq)` or `inputs_embeds` `(batch, seq, embedding_dim)` ->
+        `(batch, seq, embedding_dim)`."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            if input_ids.dim() != 2:
+                raise ValueError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
+            check_values_in_range(input_ids, self.vocab_size, "input_ids", "vocab_size")
+            inputs_embeds = self.word_embeddings(input_ids)  # (batch, seq, embedding_dim)
+        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.embedding_dim:
+            raise ValueError(
+                f"inputs_embeds must have shape (batch, seq, {self.embedding_dim}), got {tuple(inputs_embeds.shape)}"
+            )
+        if inputs_embeds.shape[1] == 0:
+            raise ValueError("The input sequence is empty (seq = 0); the encoder needs at least one token")
+        return self.dropout(inputs_embeds)
 
 
 class SLSTMStateTransition(GradientCheckpointingLayer):
@@ -67,18 +151,18 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         num_input_blocks = self.num_normalized_gates + self.has_output_gate + 1
 
         # Eq. 2: U x_i + b, W ξ_i, V g^{t-1}.
-        self.word_input = nn.Linear(config.embedding_dim, num_input_blocks * hidden)
-        self.word_window = nn.Linear(self.window_width * hidden, self.num_context_blocks * hidden, bias=False)
+        self.word_input = SLSTMLinear(config.embedding_dim, num_input_blocks * hidden)
+        self.word_window = SLSTMLinear(self.window_width * hidden, self.num_context_blocks * hidden, bias=False)
         self.hidden_dropout = nn.Dropout(config.hidden_dropout)
         if self.num_sentence_nodes:
             sentence_width = self.num_sentence_nodes * hidden
-            self.word_sentence = nn.Linear(sentence_width, self.num_context_blocks * hidden, bias=False)
+            self.word_sentence = SLSTMLinear(sentence_width, self.num_context_blocks * hidden, bias=False)
             # Eq. 3: f_g and o read g^{t-1} (all sentence nodes, so they exchange information) and the word mean;
             # the per-word forget gates f_i read g^{t-1} and h_i^{t-1}.
             num_sentence_blocks = 1 + self.has_output_gate
-            self.sentence_gates = nn.Linear(sentence_width + hidden, num_sentence_blocks * sentence_width)
-            self.word_forget_from_sentence = nn.Linear(sentence_width, sentence_width)
-            self.word_forget_from_word = nn.Linear(hidden, sentence_width, bias=False)
+            self.sentence_gates = SLSTMLinear(sentence_width + hidden, num_sentence_blocks * sentence_width)
+            self.word_forget_from_sentence = SLSTMLinear(sentence_width, sentence_width)
+            self.word_forget_from_word = SLSTMLinear(hidden, sentence_width, bias=False)
 
     def input_terms(self, inputs_embeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`U x_i + b` for all gates, computed once per forward because `x_i` does not change across steps.
@@ -142,17 +226,17 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
     def update_words(self, h, c, g, c_g, input_gate_terms, input_content, mask):
         """Eq. 2, all words at once.
 
-        Written for speed, with the same math as the equations: one matmul `W ξ_i` over all positions (by oneDNN for
-        float32 on CPU, see [`linear`]); the pre-activations and gates are cut with `split` (whose backward is one
-        concatenation) rather than slicing (whose backward writes a zero tensor per slice).
+        Written for speed, with the same math as the equations: one matmul `W ξ_i` over all positions; the
+        pre-activations and gates are cut with `split` (whose backward is one concatenation) rather than slicing
+        (whose backward writes a zero tensor per slice).
         """
         batch, seq, hidden = h.shape
         xi = neighbourhood(h, self.window_size).reshape(batch, seq, self.window_width * hidden)  # ξ_i
         bias = input_gate_terms.view(batch, seq, self.num_context_blocks, hidden)  # U x_i + b
         if self.num_sentence_nodes:
-            sentence_term = linear(g.flatten(1), self.word_sentence.weight)  # V g^{t-1}: (batch, blocks * hidden)
+            sentence_term = self.word_sentence(g.flatten(1))  # V g^{t-1}: (batch, blocks * hidden)
             bias = bias + sentence_term.view(batch, 1, self.num_context_blocks, hidden)
-        pre = linear(xi, self.word_window.weight).view(batch, seq, self.num_context_blocks, hidden) + bias
+        pre = self.word_window(xi).view(batch, seq, self.num_context_blocks, hidden) + bias  # W ξ_i + U x_i + V g + b
 
         # (i, l, f, r, s) = softmax over the gates, per hidden dimension.
         blocks = [self.num_normalized_gates, int(self.has_output_gate), int(self.has_recurrent_content)]
@@ -180,15 +264,11 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         nodes = self.num_sentence_nodes
         mean_state = h.sum(1) / lengths  # h̄ over real positions (h is zero at padding): (batch, hidden)
         flat_g = g.flatten(1)  # (batch, nodes * hidden)
-        sentence_pre = linear(
-            torch.cat([flat_g, mean_state], dim=-1), self.sentence_gates.weight, self.sentence_gates.bias
-        )
+        sentence_pre = self.sentence_gates(torch.cat([flat_g, mean_state], dim=-1))
         sentence_pre = sentence_pre.view(batch, -1, nodes, hidden)  # W g + U h̄ + b: (batch, 1 + o, nodes, hidden)
         keep_pre, output_pre = sentence_pre.split([1, int(self.has_output_gate)], dim=1)
-        sentence_forget = linear(flat_g, self.word_forget_from_sentence.weight, self.word_forget_from_sentence.bias)
-        word_pre = linear(h, self.word_forget_from_word.weight).view(batch, seq, nodes, hidden) + sentence_forget.view(
-            batch, 1, nodes, hidden
-        )  # f̂_i = W_f g + U_f h_i + b_f
+        sentence_forget = self.word_forget_from_sentence(flat_g).view(batch, 1, nodes, hidden)  # W_f g + b_f
+        word_pre = self.word_forget_from_word(h).view(batch, seq, nodes, hidden) + sentence_forget  # + U_f h_i
 
         if self.softmax_of_sigmoid:
             word_pre = torch.sigmoid(word_pre)
@@ -238,9 +318,10 @@ class SLSTMPreTrainedModel(PreTrainedModel):
             module.reset_parameters()
 
 
-class SLSTMModel(WordEmbeddingsMixin, SLSTMPreTrainedModel):
+class SLSTMModel(SLSTMPreTrainedModel):
     r"""
-    The bare S-LSTM encoder: word embeddings, then `num_steps` state transitions.
+    The bare S-LSTM encoder: word representations ([`SLSTMEmbeddings`]), then `num_steps` state transitions
+    ([`SLSTMStateTransition`], the same parameters at every step).
 
     Args:
         config ([`SLSTMConfig`]): model configuration.
@@ -251,11 +332,17 @@ class SLSTMModel(WordEmbeddingsMixin, SLSTMPreTrainedModel):
 
     def __init__(self, config: SLSTMConfig):
         super().__init__(config)
-        self.init_word_embeddings(config)
+        self.embeddings = SLSTMEmbeddings(config)
         self.transition = SLSTMStateTransition(config)
         # h^0 = g^0: the paper's learned initial state; cells start at zero.
         self.initial_state = nn.Parameter(torch.zeros(config.hidden_size))
         self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings.word_embeddings = value
 
     def forward(
         self,
@@ -285,13 +372,18 @@ class SLSTMModel(WordEmbeddingsMixin, SLSTMPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        inputs_embeds = self.embed(input_ids, inputs_embeds)
+        inputs_embeds = self.embeddings(input_ids, inputs_embeds)  # (batch, seq, embedding_dim)
         batch, seq, _ = inputs_embeds.shape
-        attention_mask = validated_attention_mask(attention_mask, batch, seq, inputs_embeds.device)
+        if attention_mask is not None and attention_mask.shape != (batch, seq):
+            raise ValueError(
+                f"attention_mask must have the shape of the input, (batch, seq) = {(batch, seq)}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        attention_mask = real_token_mask(attention_mask, inputs_embeds)  # (batch, seq)
 
         mask = attention_mask.unsqueeze(-1).to(inputs_embeds.dtype)  # (batch, seq, 1)
         lengths = mask.sum(1).clamp(min=1)  # (batch, 1)
-        input_gate_terms, input_content = self.transition.input_terms(self.embedding_dropout(inputs_embeds))
+        input_gate_terms, input_content = self.transition.input_terms(inputs_embeds)
 
         hidden = self.config.hidden_size
         initial = self.initial_state.to(inputs_embeds.dtype)
@@ -316,9 +408,9 @@ class SLSTMModel(WordEmbeddingsMixin, SLSTMPreTrainedModel):
                 all_word_states += (word_states,)
 
         if self.config.num_sentence_nodes:
-            pooled = sentence_states[:, 0]
+            pooled = sentence_states[:, 0]  # (batch, hidden)
         else:
-            pooled = masked_mean(word_states, attention_mask)
+            pooled = masked_mean(word_states, attention_mask)  # (batch, hidden)
         if not return_dict:
             return tuple(v for v in (word_states, pooled, all_word_states) if v is not None)
         return BaseModelOutputWithPooling(
@@ -326,45 +418,233 @@ class SLSTMModel(WordEmbeddingsMixin, SLSTMPreTrainedModel):
         )
 
 
-class SLSTMForSequenceClassification(SequenceClassificationHeadMixin, SLSTMPreTrainedModel):
+class SLSTMAttentionPooling(nn.Module):
+    r"""
+    The paper's attention over word states (Sec. 3.3): `r = Σ_t α_t h_t`, `α_t ∝ exp(uᵀ tanh(W_α h_t + b_α))`, with
+    padding given weight exactly zero; a row without real positions pools to zero (not NaN).
+
+    Args:
+        hidden_size (`int`): width of the word states.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.projection = SLSTMLinear(hidden_size, hidden_size)  # W_α, b_α
+        self.query = SLSTMLinear(hidden_size, 1, bias=False)  # u
+
+    def forward(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """`(batch, seq, hidden)`, bool `(batch, seq)` -> `(batch, hidden)`."""
+        scores = self.query(torch.tanh(self.projection(states))).squeeze(-1)  # (batch, seq)
+        dtype = torch.promote_types(scores.dtype, torch.float32)  # float64 stays float64
+        # The lowest finite score rather than -inf: exp underflows to exactly 0 next to any real score, and a row
+        # without real positions gets uniform weights that the mask then zeroes, instead of 0/0.
+        scores = scores.to(dtype).masked_fill(~attention_mask, torch.finfo(dtype).min)
+        weights = torch.softmax(scores, dim=-1) * attention_mask  # (batch, seq)
+        return torch.einsum("bs,bsh->bh", weights.to(states.dtype), states)
+
+
+class SLSTMPooler(nn.Module):
+    r"""
+    The sentence representation a sequence classifier reads, as `config.classifier_pooling` says: `"sentence"` (the
+    encoder's `pooler_output`, the sentence node `g`), `"attention"` ([`SLSTMAttentionPooling`]) or `"mean"` (masked
+    mean of the word states).
+
+    Args:
+        config ([`SLSTMConfig`]): `classifier_pooling` and `hidden_size` are read.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.pooling = config.classifier_pooling
+        self.attention = SLSTMAttentionPooling(config.hidden_size) if self.pooling == "attention" else None
+
+    def forward(
+        self, last_hidden_state: torch.Tensor, pooler_output: torch.Tensor, attention_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """`(batch, seq, hidden)`, `(batch, hidden)`, bool `(batch, seq)` -> `(batch, hidden)`."""
+        if self.pooling == "attention":
+            return self.attention(last_hidden_state, attention_mask)
+        if self.pooling == "mean":
+            return masked_mean(last_hidden_state, attention_mask)
+        return pooler_output
+
+
+class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
     r"""
     S-LSTM with a sentence classifier: `y = softmax(W_c r + b_c)` where `r` follows `config.classifier_pooling`
-    (the sentence state `g`, the paper's additive attention over word states, or their mean). `labels` `(batch,)`
-    (or `(batch, num_labels)` for multi-label / regression) give a loss that follows `config.problem_type`.
+    ([`SLSTMPooler`]: the sentence state `g`, the paper's additive attention over word states, or their mean). The loss
+    is `transformers`' own sequence-classification loss, which follows `config.problem_type` (single-label,
+    multi-label or regression). It is a batch mean that the Trainer must not rescale by `num_items_in_batch`
+    (`accepts_loss_kwargs = False`): the regression and multi-label losses cannot honour it.
 
     Args:
         config ([`SLSTMConfig`]): model configuration; `num_labels`, `classifier_pooling`, `classifier_dropout`.
+        encoder (`nn.Module`, *optional*): the encoder to read instead of a new [`SLSTMModel`]; it takes
+            [`SLSTMModel`]'s inputs and returns its outputs (used to compare other encoders under the same head).
     """
 
-    def __init__(self, config: SLSTMConfig):
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: SLSTMConfig, encoder: nn.Module | None = None):
         super().__init__(config)
-        self.slstm = SLSTMModel(config)
-        self.init_sequence_classification_head(config)
+        self.num_labels = config.num_labels
+        self.slstm = encoder if encoder is not None else SLSTMModel(config)
+        self.pooler = SLSTMPooler(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = SLSTMLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
+        r"""
+        Args:
+            input_ids, attention_mask, inputs_embeds, output_hidden_states: as for [`SLSTMModel`].
+            labels (`torch.Tensor` of shape `(batch,)`, or `(batch, num_labels)` for multi-label / regression).
 
-class SLSTMForTokenClassification(TokenClassificationHeadMixin, SLSTMPreTrainedModel):
+        Returns:
+            `logits` `(batch, num_labels)`, `loss` when `labels` are given, `hidden_states` when asked.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.slstm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        mask = real_token_mask(attention_mask, outputs.last_hidden_state)  # (batch, seq)
+        features = self.pooler(outputs.last_hidden_state, outputs.pooler_output, mask)  # (batch, hidden)
+        logits = self.classifier(self.dropout(features))  # (batch, num_labels)
+
+        loss = None
+        if labels is not None:
+            if labels.shape[0] != logits.shape[0]:
+                raise ValueError(
+                    f"labels must have batch size {logits.shape[0]} like the input, got shape {tuple(labels.shape)}"
+                )
+            if labels.dim() == 1 and not labels.is_floating_point() and self.num_labels > 1:
+                check_values_in_range(labels, self.num_labels, "labels", "num_labels")
+            loss = self.loss_function(labels, logits, self.config)
+        if not return_dict:
+            return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+
+
+class SLSTMForTokenClassification(SLSTMPreTrainedModel):
     r"""
-    S-LSTM with a per-word tagger: a linear layer on the final word states, then a softmax or (with
-    `config.use_crf`) a linear-chain CRF, exposed as `model.crf`. See [`TokenClassificationHeadMixin`] for the
-    loss, the CRF chain and the meaning of `logits`.
+    S-LSTM with a per-word tagger: dropout and a linear layer on the final word states give emissions
+    `(batch, seq, num_labels)`; then a softmax (cross-entropy over positions whose label is not -100) or, with
+    `config.use_crf`, a linear-chain CRF (`self.crf`, a [`ConditionalRandomField`]).
+
+    CRF chain: at training (when `labels` are given) the chain is the positions whose label is not -100, so the
+    boundary tokens `<s>`/`</s>`, padding and non-first sub-words (labelled -100 by the usual alignment) are left
+    out. At inference it is the positions where `attention_mask` is 1 and the token is not `pad`/`bos`/`eos`.
+    The CRF loss is the negative log-likelihood averaged over the sentences of the batch, so the Trainer must not
+    rescale it (`accepts_loss_kwargs` is `False` with the CRF); the softmax loss honours the Trainer's
+    `num_items_in_batch` (a token-level mean over the whole accumulated, all-process batch).
+
+    With the CRF, `logits` are the CRF's max-marginals (for each position and tag, the score of the best tag path
+    through that tag, minus the best path's score), so `logits.argmax(-1)` is the Viterbi path at every chain
+    position and the `Trainer`'s metrics and `pipeline("token-classification")` decode with the CRF unchanged;
+    positions off the chain have logits 0.
 
     Args:
         config ([`SLSTMConfig`]): model configuration; `num_labels`/`id2label`, `use_crf`, `crf_constraints`,
             `classifier_dropout`.
+        encoder (`nn.Module`, *optional*): the encoder to read instead of a new [`SLSTMModel`]; it takes
+            [`SLSTMModel`]'s inputs and returns its outputs (used to compare other encoders under the same head).
     """
 
-    def __init__(self, config: SLSTMConfig):
+    def __init__(self, config: SLSTMConfig, encoder: nn.Module | None = None):
         super().__init__(config)
-        self.slstm = SLSTMModel(config)
-        self.init_token_classification_head(config)
+        self.num_labels = config.num_labels
+        self.slstm = encoder if encoder is not None else SLSTMModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = SLSTMLinear(config.hidden_size, config.num_labels)
+        self.crf = None
+        if config.use_crf:
+            labels = [config.id2label[index] for index in range(config.num_labels)]
+            self.crf = ConditionalRandomField.from_labels(labels, use_constraints=config.crf_constraints)
         self.post_init()
+
+    @property
+    def accepts_loss_kwargs(self) -> bool:
+        return not self.config.use_crf
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
+        r"""
+        Args:
+            input_ids, attention_mask, inputs_embeds, output_hidden_states: as for [`SLSTMModel`].
+            labels (`torch.LongTensor` of shape `(batch, seq)`, *optional*): tag ids, -100 where there is no label.
+            kwargs: `num_items_in_batch` from the Trainer (softmax head only).
+
+        Returns:
+            `logits` `(batch, seq, num_labels)` (see the class docstring), `loss` when `labels` are given.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.slstm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        emissions = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, num_labels)
+        if labels is not None:
+            if labels.shape != emissions.shape[:2]:
+                raise ValueError(
+                    f"labels must have the shape of the input, (batch, seq) = {tuple(emissions.shape[:2])}, "
+                    f"got {tuple(labels.shape)}"
+                )
+            check_values_in_range(labels, self.num_labels, "labels", "num_labels", ignore_index=IGNORE_INDEX)
+
+        loss = None
+        if self.crf is None:
+            logits = emissions
+            if labels is not None:
+                loss = self.loss_function(logits, labels, self.config, **kwargs)
+        else:
+            if labels is not None:
+                chain = labels != IGNORE_INDEX  # (batch, seq)
+                loss = self.crf(emissions, labels, chain, reduction="mean")
+            else:
+                chain = self.inference_chain(input_ids, real_token_mask(attention_mask, emissions))
+            logits = self.crf.max_marginals(emissions, chain)  # (batch, seq, num_labels)
+        if not return_dict:
+            return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
+
+    def inference_chain(self, input_ids: torch.LongTensor | None, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Bool `(batch, seq)`: real tokens that are not padding or sentence boundaries."""
+        if input_ids is None:
+            return attention_mask
+        special = [self.config.pad_token_id, self.config.bos_token_id, self.config.eos_token_id]
+        special = torch.tensor([t for t in special if t is not None], device=input_ids.device)
+        return attention_mask & ~torch.isin(input_ids, special)
 
 
 SLSTMConfig.register_for_auto_class()
 SLSTMModel.register_for_auto_class("AutoModel")
 SLSTMForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 SLSTMForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+
 
 __all__ = [
     "SLSTMPreTrainedModel",

@@ -1,11 +1,11 @@
-"""Tests of the baseline encoders (`modeling_slstm.modeling_baselines`): padding invariance, heads, Auto round trip."""
+"""Tests of the baseline encoders (`baselines`): padding invariance, heads, Auto round trip."""
 
 import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-from modeling_slstm.configuration_baselines import BaselineEncoderConfig
-from modeling_slstm.modeling_baselines import (
+from baselines import (
+    BaselineEncoderConfig,
     BaselineForSequenceClassification,
     BaselineForTokenClassification,
     BaselineModel,
@@ -89,7 +89,7 @@ def test_heads_train_and_round_trip(tmp_path, encoder_type, num_layers):
     output = tagger(input_ids, attention_mask=mask, labels=labels)
     assert torch.isfinite(output.loss)
     output.loss.backward()
-    assert tagger.crf is not None and tagger.baseline.embeddings.weight.grad is not None
+    assert tagger.crf is not None and tagger.slstm.embeddings.word_embeddings.weight.grad is not None
 
     tagger.save_pretrained(tmp_path / "tagger")
     reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path / "tagger")

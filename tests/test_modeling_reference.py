@@ -127,7 +127,7 @@ def reference_step(p, x, h, c, g, cg, gate_normalization):
 def reference_forward(model, ids):
     """Word states of every step and the final sentence states of one sentence (list of ids)."""
     p = PaperParameters(model)
-    x = [model.embeddings.weight[i] for i in ids]
+    x = [model.embeddings.word_embeddings.weight[i] for i in ids]
     h0 = model.initial_state
     h, c = [h0] * len(ids), [torch.zeros_like(h0)] * len(ids)
     g, cg = [h0] * p.K, [torch.zeros_like(h0)] * p.K

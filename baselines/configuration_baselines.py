@@ -9,7 +9,7 @@ CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
 
 class BaselineEncoderConfig(PreTrainedConfig):
     r"""
-    Configuration of a baseline encoder and its task heads. The heads are the S-LSTM heads ([`heads`]), so a baseline
+    Configuration of a baseline encoder and its task heads. The task models run the S-LSTM task models, so a baseline
     and an S-LSTM model with the same head fields are trained and evaluated the same way; only the encoder differs.
 
     Args:
@@ -47,8 +47,7 @@ class BaselineEncoderConfig(PreTrainedConfig):
     Example:
 
     ```python
-    >>> from modeling_slstm.configuration_baselines import BaselineEncoderConfig
-    >>> from modeling_slstm.modeling_baselines import BaselineModel
+    >>> from baselines import BaselineEncoderConfig, BaselineModel
 
     >>> config = BaselineEncoderConfig(encoder_type="bilstm", num_layers=2, vocab_size=1000, hidden_size=64)
     >>> model = BaselineModel(config)

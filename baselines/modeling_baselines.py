@@ -1,7 +1,8 @@
 """Baseline encoders the S-LSTM paper compares with: stacked BiLSTM, stacked CNN and Transformer encoder.
 
-They are baselines, not S-LSTM: they share the S-LSTM task heads ([`heads`]) and the `run_scripts`, so an accuracy or
-speed comparison changes the encoder only. Each encoder is built from a stock PyTorch module (`nn.LSTM`, `nn.Conv1d`,
+They are baselines, not S-LSTM: their task models run the S-LSTM task models' own `forward` (pooling, classifier, CRF)
+and the same word representations, through the same `run_scripts`, so an accuracy or speed comparison changes the
+encoder only. They live outside `modeling_slstm` so that an S-LSTM checkpoint carries S-LSTM code only. Each encoder is built from a stock PyTorch module (`nn.LSTM`, `nn.Conv1d`,
 `nn.TransformerEncoder`) so that the library's fast kernels (cuDNN / oneDNN) are the ones measured.
 
 Every encoder is exact under padding: a sentence gives the same outputs alone or inside a right- or left-padded batch
@@ -17,10 +18,16 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from modeling_slstm.crf import ConditionalRandomField
+from modeling_slstm.modeling_slstm import (
+    SLSTMEmbeddings,
+    SLSTMForSequenceClassification,
+    SLSTMForTokenClassification,
+    masked_mean,
+    real_token_mask,
+)
+
 from .configuration_baselines import BaselineEncoderConfig
-from .crf import ConditionalRandomField
-from .heads import SequenceClassificationHeadMixin, TokenClassificationHeadMixin, masked_mean
-from .word_embeddings import WordEmbeddingsMixin, validated_attention_mask
 
 
 class BiLSTMEncoder(nn.Module):
@@ -154,9 +161,11 @@ class BaselinePreTrainedModel(PreTrainedModel):
     """
 
     config_class = BaselineEncoderConfig
-    base_model_prefix = "baseline"
+    # The task models run the S-LSTM task models' `forward`, which reads the encoder as `self.slstm`.
+    base_model_prefix = "slstm"
     supports_gradient_checkpointing = False
-
+    # Benchmark models: `save_pretrained` copies no code (the package is imported to load them).
+    _auto_class = None
     def _init_weights(self, module):
         # PyTorch's own initialisation of each module, written with the guarded `init` functions so that loading a
         # checkpoint never overwrites loaded weights.
@@ -186,10 +195,10 @@ class BaselinePreTrainedModel(PreTrainedModel):
             module.reset_parameters()
 
 
-class BaselineModel(WordEmbeddingsMixin, BaselinePreTrainedModel):
+class BaselineModel(BaselinePreTrainedModel):
     r"""
-    A bare baseline encoder (`config.encoder_type`): word embeddings, embedding dropout, then the encoder. Takes the
-    same inputs and returns the same [`BaseModelOutputWithPooling`] as [`SLSTMModel`].
+    A bare baseline encoder (`config.encoder_type`) over the S-LSTM word representations ([`SLSTMEmbeddings`]). Takes
+    the same inputs and returns the same [`BaseModelOutputWithPooling`] as [`SLSTMModel`].
 
     Args:
         config ([`BaselineEncoderConfig`]): model configuration.
@@ -197,9 +206,15 @@ class BaselineModel(WordEmbeddingsMixin, BaselinePreTrainedModel):
 
     def __init__(self, config: BaselineEncoderConfig):
         super().__init__(config)
-        self.init_word_embeddings(config)
+        self.embeddings = SLSTMEmbeddings(config)
         self.encoder = ENCODERS[config.encoder_type](config)
         self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        self.embeddings.word_embeddings = value
 
     def forward(
         self,
@@ -224,20 +239,26 @@ class BaselineModel(WordEmbeddingsMixin, BaselinePreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        embeds = self.embed(input_ids, inputs_embeds)
+        embeds = self.embeddings(input_ids, inputs_embeds)  # (batch, seq, embedding_dim), after dropout
         batch, seq, _ = embeds.shape
-        mask = validated_attention_mask(attention_mask, batch, seq, embeds.device)
+        if attention_mask is not None and attention_mask.shape != (batch, seq):
+            raise ValueError(
+                f"attention_mask must have the shape of the input, (batch, seq) = {(batch, seq)}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        mask = real_token_mask(attention_mask, embeds)  # (batch, seq)
         embeds = embeds * mask.unsqueeze(-1).to(embeds.dtype)
-        outputs, pooled = self.encoder(self.embedding_dropout(embeds), mask)
+        outputs, pooled = self.encoder(embeds, mask)
         hidden_states = (embeds, outputs) if output_hidden_states else None
         if not return_dict:
             return tuple(v for v in (outputs, pooled, hidden_states) if v is not None)
         return BaseModelOutputWithPooling(last_hidden_state=outputs, pooler_output=pooled, hidden_states=hidden_states)
 
 
-class BaselineForSequenceClassification(SequenceClassificationHeadMixin, BaselinePreTrainedModel):
+class BaselineForSequenceClassification(BaselinePreTrainedModel, SLSTMForSequenceClassification):
     r"""
-    A baseline encoder with the S-LSTM sentence classifier ([`SequenceClassificationHeadMixin`]).
+    A baseline encoder under the S-LSTM sentence classifier: [`SLSTMForSequenceClassification`]'s modules and
+    `forward`, with the encoder replaced.
 
     Args:
         config ([`BaselineEncoderConfig`]): model configuration; `num_labels`, `classifier_pooling`,
@@ -245,15 +266,13 @@ class BaselineForSequenceClassification(SequenceClassificationHeadMixin, Baselin
     """
 
     def __init__(self, config: BaselineEncoderConfig):
-        super().__init__(config)
-        self.baseline = BaselineModel(config)
-        self.init_sequence_classification_head(config)
-        self.post_init()
+        SLSTMForSequenceClassification.__init__(self, config, encoder=BaselineModel(config))
 
 
-class BaselineForTokenClassification(TokenClassificationHeadMixin, BaselinePreTrainedModel):
+class BaselineForTokenClassification(BaselinePreTrainedModel, SLSTMForTokenClassification):
     r"""
-    A baseline encoder with the S-LSTM tagger ([`TokenClassificationHeadMixin`]: softmax or linear-chain CRF).
+    A baseline encoder under the S-LSTM tagger: [`SLSTMForTokenClassification`]'s modules and `forward` (softmax or
+    linear-chain CRF), with the encoder replaced.
 
     Args:
         config ([`BaselineEncoderConfig`]): model configuration; `num_labels`/`id2label`, `use_crf`,
@@ -261,16 +280,8 @@ class BaselineForTokenClassification(TokenClassificationHeadMixin, BaselinePreTr
     """
 
     def __init__(self, config: BaselineEncoderConfig):
-        super().__init__(config)
-        self.baseline = BaselineModel(config)
-        self.init_token_classification_head(config)
-        self.post_init()
+        SLSTMForTokenClassification.__init__(self, config, encoder=BaselineModel(config))
 
-
-BaselineEncoderConfig.register_for_auto_class()
-BaselineModel.register_for_auto_class("AutoModel")
-BaselineForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-BaselineForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 
 __all__ = [
     "BaselineForSequenceClassification",
