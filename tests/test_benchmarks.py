@@ -1,10 +1,11 @@
-"""Smoke tests of the benchmark scripts on tiny settings (they are scripts, not timed tests), the FLOP count, and the
-oneDNN matmul path of the S-LSTM step."""
+"""Smoke tests of the benchmark scripts on tiny settings (they are scripts, not timed tests), the FLOP count, the plain
+reference S-LSTM, and the oneDNN matmul path of the S-LSTM step."""
 
 import csv
 import importlib
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ sys.path.insert(0, str(ROOT / "run_scripts"))
 
 benchmark_speed = importlib.import_module("benchmark_speed")
 benchmark_accuracy = importlib.import_module("benchmark_accuracy")
+speed_measurement = importlib.import_module("speed_measurement")
+reference_slstm = importlib.import_module("reference_slstm")
 
 from modeling_slstm import fast_linear, modeling_slstm
 from modeling_slstm.configuration_slstm import SLSTMConfig
@@ -27,26 +30,51 @@ def test_slstm_flop_count_matches_the_equations():
     per_token_step = 2 * 3 * hidden * 7 * hidden + 2 * hidden * hidden  # W ξ_i (7 blocks) + U_f h_i
     per_sentence_step = 2 * hidden * 7 * hidden + 2 * 2 * hidden * 2 * hidden + 2 * hidden * hidden
     expected = 2 * tokens * 300 * 7 * hidden + 9 * (tokens * per_token_step + batch * per_sentence_step)
-    assert benchmark_speed.slstm_forward_flops(config, batch, length) == expected
-    assert benchmark_speed.step_flops(config, batch, length, "train") == 3 * expected
+    assert speed_measurement.slstm_forward_flops(config, batch, length) == expected
+    assert speed_measurement.step_flops(config, batch, length, "train") == 3 * expected
 
 
 def test_speed_benchmark_tiny(tmp_path):
+    models = ["slstm", "slstm-reference", "bilstm1", "cnn3", "transformer5"]
     argv = [
-        "--models", "slstm", "bilstm1", "cnn3", "transformer5", "--batch-sizes", "2", "--lengths", "4", "8",
-        "--variants", "fp32", "--slstm-variants", "checkpoint", "--slstm-variant-lengths", "8",
-        "--warmup", "0", "--repeats", "1", "--min-time", "0", "--max-repeats", "1", "--ceiling-size", "64",
-        "--output-dir", str(tmp_path), "--name", "speed_test",
+        "--models", *models, "--batch-sizes", "2", "--lengths", "8", "--variants", "fp32", "bf16",
+        "--slstm-variants", "checkpoint", "--slstm-variant-lengths", "8", "--warmup", "0", "--repeats", "1",
+        "--min-time", "0", "--max-repeats", "1", "--ceiling-size", "64", "--output-dir", str(tmp_path),
+        "--name", "speed_test",
     ]  # fmt: skip
     rows = benchmark_speed.main(argv)
-    assert len(rows) == 4 * 2 * 2 + 1  # models x lengths x modes, + the checkpointed S-LSTM (training only)
+    measured = {(r["model"], r["variant"], r["mode"]) for r in rows}
+    expected = {(m, v, mode) for m in models for v in ("fp32", "bf16") for mode in ("forward", "train")}
+    expected.add(("slstm", "fp32+checkpoint", "train"))
+    # oneDNN's bf16 LSTM cannot run on a CPU without bf16 support: the benchmark skips it there.
+    assert expected - {("bilstm1", "bf16", "forward"), ("bilstm1", "bf16", "train")} <= measured <= expected
+    assert len(rows) == len(measured)
     for suffix in (".csv", ".md", ".json", "_throughput.png", "_memory.png"):
         assert (tmp_path / f"speed_test{suffix}").stat().st_size > 0
     with (tmp_path / "speed_test.csv").open() as handle:
         table = list(csv.DictReader(handle))
-    assert {r["model"] for r in table} == {"slstm", "bilstm1", "cnn3", "transformer5"}
+    assert {r["model"] for r in table} == set(models)
     assert all(float(r["tokens_per_s"]) > 0 and float(r["peak_mem_mb"]) > 0 for r in table)
-    assert "Speed ratio" in (tmp_path / "speed_test.md").read_text()
+    # The machine is in every row, the report and the metadata.
+    capability, backend = torch.backends.cpu.get_cpu_capability(), fast_linear.selected_backend()
+    assert {(r["cpu_capability"], r["matmul_backend"], r["threads"]) for r in table} == {
+        (capability, backend, str(torch.get_num_threads()))
+    }
+    report = (tmp_path / "speed_test.md").read_text()
+    assert "Speed ratio" in report
+    assert f"CPU capability {capability}" in report and f"matmul backend: {backend}" in report
+    meta = json.loads((tmp_path / "speed_test.json").read_text())
+    assert meta["machines"][0]["cpu_capability"] == capability and meta["machines"][0]["matmul_backend"] == backend
+    # The same-run comparisons: package vs reference per variant, mode and shape; bf16 vs fp32 per S-LSTM.
+    assert len(meta["reference_comparison"]) == 2 * 2  # variants x modes
+    (comparison,) = [c for c in meta["reference_comparison"] if (c["variant"], c["mode"]) == ("fp32", "train")]
+    package, reference = comparison["package_tokens_per_s"], comparison["reference_tokens_per_s"]
+    assert comparison["package_over_reference"] == pytest.approx(package / reference)
+    assert (
+        f"| fp32 | forward+backward | 2×8 | {package:,.0f} | {reference:,.0f} | {package / reference:.2f} |" in report
+    )
+    assert {c["model"] for c in meta["autocast_comparison"]} == {"slstm", "slstm-reference"}
+    assert "bf16 time / fp32 time" in report
 
     merged = benchmark_speed.main(
         [
@@ -60,12 +88,38 @@ def test_speed_benchmark_tiny(tmp_path):
         ]
     )
     assert len(merged) == len(rows) and (tmp_path / "merged.md").exists()
+    assert [r["cpu_capability"] for r in merged] == [capability] * len(rows)
 
 
 def test_speed_benchmark_quick_arguments():
     args = benchmark_speed.parse_args(["--quick"])
-    assert args.models == ["slstm"] and args.batch_sizes == [32] and args.lengths == [128]
+    assert args.models == ["slstm", "slstm-reference"] and args.batch_sizes == [32] and args.lengths == [128]
+    assert args.variants == ["fp32", "bf16"] and args.modes == ["train"] and not args.memory
     assert args.slstm_variants == []
+
+
+def test_interleaved_timing_times_a_slow_call_once():
+    calls = {"fast": lambda: None, "slow": lambda: time.sleep(0.02)}
+    timing = speed_measurement.Timing(warmup=1, repeats=3, min_time=0.0, max_repeats=3, time_once_above=0.01)
+    times = speed_measurement.time_interleaved(calls, torch.device("cpu"), timing)
+    assert len(times["fast"]) == 3 and len(times["slow"]) == 1 and times["slow"][0] >= 0.02
+
+
+def test_reference_slstm_is_finite_and_ignores_right_padding():
+    torch.manual_seed(0)
+    model = reference_slstm.ReferenceSLSTM(vocab_size=20, embedding_dim=5, hidden_size=6, num_steps=3).eval()
+    with torch.no_grad():
+        model.initial_state.normal_()  # a zero initial state would hide a padding leak in the first step
+    sentences = [[5, 6, 7, 8, 9], [10, 11, 12]]
+    ids = torch.tensor([sentences[0], sentences[1] + [0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    with torch.no_grad():
+        states, sentence_state = model(ids, attention_mask=mask)
+        alone_states, alone_sentence = model(torch.tensor([sentences[1]]))
+    assert torch.isfinite(states).all() and torch.isfinite(sentence_state).all()
+    torch.testing.assert_close(states[1, :3], alone_states[0])
+    torch.testing.assert_close(sentence_state[1], alone_sentence[0])
+    assert torch.all(states[1, 3:] == 0)
 
 
 def test_accuracy_benchmark_plans_and_collects(tmp_path, capsys):
@@ -89,8 +143,8 @@ def test_accuracy_benchmark_plans_and_collects(tmp_path, capsys):
     assert "| movie_review | steps=9 | slstm | done | 80.00 |" in report
 
 
-@pytest.mark.skipif(not fast_linear._HAS_ONEDNN_LINEAR, reason="no oneDNN in this torch build")
-def test_onednn_step_matches_default_matmuls(monkeypatch):
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
+def test_onednn_step_matches_default_matmuls():
     """The oneDNN route of the step's float32 matmuls gives the outputs and gradients of PyTorch's default backend."""
     torch.manual_seed(0)
     model = modeling_slstm.SLSTMModel(
@@ -101,12 +155,16 @@ def test_onednn_step_matches_default_matmuls(monkeypatch):
     input_ids = torch.randint(4, 30, (2, 6))
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0]])
     results = []
-    for onednn in (True, False):
-        monkeypatch.setattr(fast_linear, "ONEDNN_FLOAT32_MATMULS", onednn)
-        model.zero_grad()
-        outputs = model(input_ids, attention_mask=mask)
-        (outputs.last_hidden_state.pow(2).sum() + outputs.pooler_output.sum()).backward()
-        results.append((outputs.last_hidden_state, [p.grad.clone() for p in model.parameters()]))
+    try:
+        for backend in ("onednn", "default"):
+            fast_linear.set_matmul_backend(backend)
+            assert fast_linear.selected_backend() == backend
+            model.zero_grad()
+            outputs = model(input_ids, attention_mask=mask)
+            (outputs.last_hidden_state.pow(2).sum() + outputs.pooler_output.sum()).backward()
+            results.append((outputs.last_hidden_state, [p.grad.clone() for p in model.parameters()]))
+    finally:
+        fast_linear.set_matmul_backend(None)
     torch.testing.assert_close(results[0][0], results[1][0], atol=1e-5, rtol=1e-5)
     for with_onednn, default in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(with_onednn, default, atol=1e-5, rtol=1e-4)

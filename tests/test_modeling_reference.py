@@ -1,25 +1,9 @@
-"""`SLSTMModel` against a deliberately plain reference written from `shared/docs/slstm-equations.md`.
+"""`SLSTMModel` against a deliberately plain reference written from the equations in `docs/equations.md`.
 
 The reference loops over sentences, positions, gates and sentence nodes, builds ξ_i by concatenating
 h_{i-w} … h_{i+w} (zero vectors beyond the sentence edges), and normalises gates with an explicit exp / sum. It shares
-nothing with the model but its weights, which it slices out of the fused layers as follows (H = hidden_size,
-K = num_sentence_nodes, "block k" = rows k·H … (k+1)·H - 1 of a weight or bias):
-
-Word node (Eq. 2), gate names in block order (`SLSTMStateTransition` docstring):
-    l_w … l_1, f, r_1 … r_w   the 2w+1 window gates, matching the cells c_{i-w} … c_{i+w}
-    s_1 … s_K                 one gate per sentence node, weighting c_g^k
-    i                         the content gate (all of the above are normalised together)
-    o                         the output gate (absent with remove_output_gate)
-    u                         the content (absent from W and V with context_independent_content)
-  - `transition.word_input`   (embedding_dim -> blocks): U_k and b_k for every gate and u, u always last;
-  - `transition.word_window`  ((2w+1)H -> blocks, no bias): W_k, applied to ξ_i = [h_{i-w}; …; h_{i+w}];
-  - `transition.word_sentence` (K·H -> blocks, no bias): V_k, applied to [g_1; …; g_K].
-Sentence node k (Eq. 3):
-  - `transition.sentence_gates` ((K+1)H -> (1 + has_o)·K·H): block k is f_g^k, block K + k is o^k; columns
-    0 … K·H-1 are W_g^k / W_o^k (applied to [g_1; …; g_K]), the last H columns U_g^k / U_o^k (applied to h̄);
-  - `transition.word_forget_from_sentence` (K·H -> K·H): block k is W_f^k (on [g_1; …; g_K]) and b_f^k;
-  - `transition.word_forget_from_word` (H -> K·H, no bias): block k is U_f^k (on h_i).
-Initial state: h_i^0 = g_k^0 = `model.initial_state`, all cells zero.
+nothing with the model but its weights, which `PaperParameters` slices out of the fused layers by the map in
+`docs/equations.md` ("The map: fused weights → paper matrices"), so this test also checks that map.
 """
 
 import pytest

@@ -1,0 +1,304 @@
+"""The reporting half of `benchmark_speed.py`: CSV, Markdown tables, JSON metadata and PNG plots of measured rows.
+
+A row is one model, variant, batch, length and mode (`FIELDS`); the machine it ran on is in every row, so that CSVs
+of different machines can be merged (`--from_csv`) without losing which CPU kind a figure belongs to.
+"""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from speed_measurement import PAPER_SLSTM, REFERENCE_SLSTM, mode_label
+
+MACHINE_FIELDS = ["device", "device_name", "cpu_capability", "native_bf16", "threads", "torch", "matmul_backend"]
+FIELDS = MACHINE_FIELDS + [
+    "model", "variant", "batch", "length", "mode", "tokens_per_s", "median_ms", "runs", "peak_mem_mb", "params",
+    "encoder_params", "gflops_per_s", "ceiling_gflops_per_s", "pct_of_ceiling", "interleaved_ceiling_gflops_per_s",
+    "pct_of_interleaved_ceiling",
+]  # fmt: skip
+TEXT_FIELDS = {"device", "device_name", "cpu_capability", "native_bf16", "torch", "matmul_backend"}
+TEXT_FIELDS |= {"model", "variant", "mode"}
+INTEGER_FIELDS = {"threads", "batch", "length", "runs", "params", "encoder_params"}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def write_csv(rows: list[dict], path: Path):
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items() if k in FIELDS})
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows of a CSV written by `write_csv`; columns that older runs did not write are empty (text) or NaN."""
+
+    def parse(key: str, value: str | None):
+        if key in TEXT_FIELDS:
+            return value or ""
+        if not value:
+            return float("nan")
+        return int(value) if key in INTEGER_FIELDS else float(value)
+
+    with path.open() as handle:
+        return [{key: parse(key, row.get(key)) for key in FIELDS} for row in csv.DictReader(handle)]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Same-run comparisons
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def lookup(rows: list[dict], **keys) -> dict | None:
+    """The first row whose fields equal `keys`."""
+    return next((row for row in rows if all(row[k] == v for k, v in keys.items())), None)
+
+
+def reference_comparison(rows: list[dict]) -> list[dict]:
+    """The package's paper S-LSTM against the plain reference, same variant, mode and shape (timed in turn)."""
+    comparisons = []
+    for ours in (row for row in rows if row["model"] == PAPER_SLSTM):
+        shape = {k: ours[k] for k in ("variant", "mode", "batch", "length")}
+        reference = lookup(rows, model=REFERENCE_SLSTM, **shape)
+        if reference:
+            comparisons.append(
+                {
+                    **shape,
+                    "package_tokens_per_s": ours["tokens_per_s"],
+                    "reference_tokens_per_s": reference["tokens_per_s"],
+                    "package_over_reference": ours["tokens_per_s"] / reference["tokens_per_s"],
+                }
+            )
+    return comparisons
+
+
+def autocast_comparison(rows: list[dict]) -> list[dict]:
+    """bf16 autocast against float32 for the package and the reference, same mode and shape."""
+    comparisons = []
+    for fp32 in (row for row in rows if row["model"] in (PAPER_SLSTM, REFERENCE_SLSTM) and row["variant"] == "fp32"):
+        shape = {k: fp32[k] for k in ("model", "mode", "batch", "length")}
+        bf16 = lookup(rows, variant="bf16", **shape)
+        if bf16:
+            comparisons.append(
+                {
+                    **shape,
+                    "fp32_tokens_per_s": fp32["tokens_per_s"],
+                    "bf16_tokens_per_s": bf16["tokens_per_s"],
+                    "bf16_time_over_fp32": fp32["tokens_per_s"] / bf16["tokens_per_s"],
+                }
+            )
+    return comparisons
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    return lines + ["| " + " | ".join(cells) + " |" for cells in body]
+
+
+def comparison_tables(rows: list[dict]) -> list[str]:
+    """Markdown: the package against the plain reference, and bf16 autocast against float32."""
+    lines = []
+    versus_reference = reference_comparison(rows)
+    if versus_reference:
+        lines += ["", f"**`{PAPER_SLSTM}` vs the plain `{REFERENCE_SLSTM}` (`run_scripts/reference_slstm.py`)**", ""]
+        header = ["variant", "mode", "batch×length", "package tokens/s", "reference tokens/s", "package / reference"]
+        body = [
+            [c["variant"], mode_label(c["mode"]), f"{c['batch']}×{c['length']}", f"{c['package_tokens_per_s']:,.0f}",
+             f"{c['reference_tokens_per_s']:,.0f}", f"{c['package_over_reference']:.2f}"]
+            for c in versus_reference
+        ]  # fmt: skip
+        lines += markdown_table(header, body)
+    bf16_vs_fp32 = autocast_comparison(rows)
+    if bf16_vs_fp32:
+        lines += ["", "**bf16 autocast vs float32**", ""]
+        header = ["model", "mode", "batch×length", "fp32 tokens/s", "bf16 tokens/s", "bf16 time / fp32 time"]
+        body = [
+            [c["model"], mode_label(c["mode"]), f"{c['batch']}×{c['length']}", f"{c['fp32_tokens_per_s']:,.0f}",
+             f"{c['bf16_tokens_per_s']:,.0f}", f"{c['bf16_time_over_fp32']:.2f}"]
+            for c in bf16_vs_fp32
+        ]  # fmt: skip
+        lines += markdown_table(header, body)
+    return lines
+
+
+def ratio_tables(rows: list[dict]) -> list[str]:
+    """Markdown: the paper S-LSTM's tokens/s divided by each other model's, same variant, batch, length and mode."""
+    lines = []
+    for variant in sorted({r["variant"] for r in rows}):
+        for mode in ("train", "forward"):
+            shapes = sorted({(r["batch"], r["length"]) for r in rows if r["mode"] == mode and r["variant"] == variant})
+            others = [
+                m
+                for m in dict.fromkeys(r["model"] for r in rows)
+                if m != PAPER_SLSTM and lookup(rows, model=m, variant=variant, mode=mode)
+            ]
+            if not others or not lookup(rows, model=PAPER_SLSTM, variant=variant, mode=mode):
+                continue
+            body = []
+            for model in others:
+                cells = [model]
+                for batch, length in shapes:
+                    same = {"variant": variant, "mode": mode, "batch": batch, "length": length}
+                    ours, theirs = lookup(rows, model=PAPER_SLSTM, **same), lookup(rows, model=model, **same)
+                    cells.append(f"{ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}" if ours and theirs else "–")
+                body.append(cells)
+            title = f"**Speed ratio `{PAPER_SLSTM}` / model ({variant}, {mode_label(mode)}; > 1: S-LSTM faster)**"
+            lines += ["", title, ""] + markdown_table(["model"] + [f"{b}×{n}" for b, n in shapes], body)
+    return lines
+
+
+def value_table(rows: list[dict], mode: str, variant: str, key: str, fmt) -> list[str]:
+    """Markdown: `key` of every model (rows) at every shape (columns); empty when nothing was measured."""
+    selected = [r for r in rows if r["mode"] == mode and r["variant"] == variant]
+    shapes = sorted({(r["batch"], r["length"]) for r in selected})
+    if not shapes or all(math.isnan(r[key]) for r in selected):
+        return []
+    body = []
+    for model in dict.fromkeys(r["model"] for r in selected):
+        cells = [model, f"{lookup(selected, model=model)['encoder_params'] / 1e6:.2f}M"]
+        for batch, length in shapes:
+            row = lookup(selected, model=model, batch=batch, length=length)
+            cells.append(fmt(row[key]) if row and not math.isnan(row[key]) else "–")
+        body.append(cells)
+    return markdown_table(["model", "params (encoder)"] + [f"{b}×{n}" for b, n in shapes], body)
+
+
+def machine_line(machine: dict) -> str:
+    native = {True: "yes", False: "no"}.get(machine.get("native_bf16"), "?")
+    return (
+        f"{machine.get('device_name', '?')} ({machine.get('device', '?')}), CPU capability "
+        f"{machine.get('cpu_capability', '?')}, native bf16: {native}, {machine.get('threads', '?')} threads, "
+        f"torch {machine.get('torch', '?')}, S-LSTM float32 CPU matmul backend: {machine.get('matmul_backend', '?')} "
+        f"(requested: {machine.get('matmul_backend_requested', '?')})"
+    )
+
+
+VALUE_TABLES = (
+    ("tokens_per_s", "Tokens/s", lambda v: f"{v:,.0f}"),
+    ("peak_mem_mb", "Peak memory (MiB)", lambda v: f"{v:,.0f}"),
+    ("pct_of_ceiling", "Matmul GFLOP/s as % of the run's ceiling", lambda v: f"{v:.0f}%"),
+    ("pct_of_interleaved_ceiling", "Matmul GFLOP/s as % of the ceiling GEMM timed between the runs",
+     lambda v: f"{v:.0f}%"),
+)  # fmt: skip
+
+
+def write_markdown(rows: list[dict], meta: dict, path: Path):
+    lines = ["# Speed benchmark", "", f"Command: `{meta['command']}`  "]
+    lines += [f"Machine: {machine_line(machine)}  " for machine in meta["machines"]]
+    lines.append(f"Load average before / after: {meta['load_before']} / {meta['load_after']}  ")
+    for dtype, ceiling in meta["ceilings"].items():
+        backends = ", ".join(f"{k} {v:.0f}" for k, v in ceiling["all"].items())
+        lines.append(
+            f"Ceiling {dtype} ({meta['ceiling_size']}³ GEMM, GFLOP/s): **{ceiling['gflops']:.0f}** ({backends})  "
+        )
+    lines += comparison_tables(rows) + ratio_tables(rows)
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        for mode in ("train", "forward"):
+            for key, title, fmt in VALUE_TABLES:
+                table = value_table(rows, mode, variant, key, fmt)
+                if table:
+                    lines += ["", f"**{title}, {variant}, {mode_label(mode)}** (batch×length)", ""] + table
+    path.write_text("\n".join(lines) + "\n")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Plots and the whole report
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def write_plots(rows: list[dict], prefix: Path) -> list[Path]:
+    """Tokens/s and peak memory against length, one panel per variant, mode and batch size, for variants measured for
+    more than one model (the others are in the tables)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    combos = sorted(
+        combo
+        for combo in {(r["variant"], r["mode"]) for r in rows}
+        if len({r["model"] for r in rows if (r["variant"], r["mode"]) == combo}) > 1
+    )
+    batches = sorted({r["batch"] for r in rows})
+    if not combos:
+        return []
+    written = []
+    for key, label, suffix in (
+        ("tokens_per_s", "tokens/s", "throughput"),
+        ("peak_mem_mb", "peak memory (MiB)", "memory"),
+    ):
+        if all(math.isnan(r[key]) for r in rows):  # e.g. memory not measured
+            continue
+        figure, axes = plt.subplots(
+            len(combos), len(batches), figsize=(5 * len(batches), 3.6 * len(combos)), squeeze=False
+        )
+        for (variant, mode), panel_row in zip(combos, axes):
+            for batch, axis in zip(batches, panel_row):
+                for model in dict.fromkeys(r["model"] for r in rows):
+                    points = {}  # the first measurement of each length (merged runs can repeat a shape)
+                    for r in rows:
+                        same = (r["model"], r["variant"], r["mode"], r["batch"]) == (model, variant, mode, batch)
+                        if same and not math.isnan(r[key]):
+                            points.setdefault(r["length"], r[key])
+                    if points:
+                        style = "-o" if model.startswith("slstm") else "--s"
+                        axis.plot(*zip(*sorted(points.items())), style, label=model, markersize=3)
+                axis.set_xscale("log", base=2)
+                axis.set_yscale("log")
+                axis.set_xlabel("length (tokens)")
+                axis.set_ylabel(label)
+                axis.set_title(f"{variant}, {mode_label(mode)}, batch {batch}", fontsize=9)
+                axis.grid(True, which="both", alpha=0.3)
+                if axis.lines:
+                    axis.legend(fontsize=6, loc="best")
+        figure.tight_layout()
+        path = prefix.parent / f"{prefix.name}_{suffix}.png"
+        figure.savefig(path, dpi=90)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def write_report(rows: list[dict], meta: dict, output_dir: Path, stem: str, plots: bool = True):
+    """`<stem>.csv`, `.md`, `.json` (the metadata and both comparisons) and, with `plots`, `<stem>_*.png`."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    meta = {
+        **meta,
+        "reference_comparison": reference_comparison(rows),
+        "autocast_comparison": autocast_comparison(rows),
+    }
+    write_csv(rows, output_dir / f"{stem}.csv")
+    write_markdown(rows, meta, output_dir / f"{stem}.md")
+    (output_dir / f"{stem}.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if plots and rows:
+        write_plots(rows, output_dir / stem)
+
+
+def read_runs(paths: list[Path]) -> tuple[list[dict], dict]:
+    """Rows and merged metadata of earlier runs (`<name>.csv` with its `<name>.json`); per dtype the best ceiling."""
+    rows, meta = [], {"command": [], "machines": [], "ceilings": {}}
+    for path in paths:
+        rows += read_csv(path)
+        part = json.loads(path.with_suffix(".json").read_text())
+        meta["command"].append(part["command"])
+        for machine in part.get("machines", [{k: part[k] for k in ("device_name", "threads", "torch") if k in part}]):
+            if machine not in meta["machines"]:
+                meta["machines"].append(machine)
+        meta.setdefault("load_before", part.get("load_before", "?"))
+        meta["load_after"] = part.get("load_after", "?")
+        meta["ceiling_size"] = part.get("ceiling_size", "?")
+        for dtype, ceiling in part["ceilings"].items():
+            if dtype not in meta["ceilings"] or ceiling["gflops"] > meta["ceilings"][dtype]["gflops"]:
+                meta["ceilings"][dtype] = ceiling
+    meta["command"] = "`; `".join(meta["command"])
+    return rows, meta
