@@ -21,7 +21,7 @@ Examples:
     python run_scripts/benchmark_accuracy.py --suite main --dry-run
     # the ablations, one thread, in the background
     OMP_NUM_THREADS=1 nohup python run_scripts/benchmark_accuracy.py --suite ablations --epochs 3 \\
-        --runs-dir /work/runs/accuracy > /work/runs/accuracy/ablations.log 2>&1 &
+        --runs-dir ../runs/accuracy > ../runs/accuracy/ablations.log 2>&1 &
     # collect whatever has finished into the report, without starting runs
     python run_scripts/benchmark_accuracy.py --suite ablations --collect-only
 """
@@ -236,7 +236,7 @@ class AccuracyArguments:
         metadata={"help": "folder with movie_review/ (rt-polarity) and conll2003/{ner,pos}/"},
     )
     runs_dir: str = field(
-        default="/work/runs/accuracy", metadata={"help": "each run writes to <runs_dir>/<suite>/<task>/<name>"}
+        default="../runs/accuracy", metadata={"help": "each run writes to <runs_dir>/<suite>/<task>/<name>"}
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "train on the first this many examples (smoke runs)"}

@@ -17,7 +17,7 @@ import datasets
 
 logger = logging.getLogger(__name__)
 
-IGNORE_INDEX = -100
+IGNORE_INDEX = -100  # the label of positions without one: the ignore_index of torch's cross-entropy and the CRF
 SPLITS = ("train", "validation", "test")
 DATASETS_EXTENSIONS = {"json": "json", "jsonl": "json", "csv": "csv", "tsv": "csv", "parquet": "parquet"}
 DOCSTART = "-DOCSTART-"
@@ -331,8 +331,7 @@ def tokenize_and_align_labels(examples: dict, tokenizer, label2id: dict[str, int
 
     The word-level tokenizer frames each sentence as `<s> w_1 ... w_n </s>`; a word gives one token (a word holding
     whitespace gives several, and only its first carries the label). `<s>`, `</s>` and continuation tokens get
-    `-100`. Sentences longer than `max_length` tokens are truncated (the caller warns); `num_words` keeps the
-    original length so that predictions can be padded back.
+    `IGNORE_INDEX`. Sentences longer than `max_length` tokens are truncated (the caller warns).
     """
     encoded = tokenizer(examples["tokens"], is_split_into_words=True, truncation=True, max_length=max_length)
     all_labels = []
@@ -348,7 +347,6 @@ def tokenize_and_align_labels(examples: dict, tokenizer, label2id: dict[str, int
         all_labels.append(labels)
     encoded["labels"] = all_labels
     encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
-    encoded["num_words"] = [len(tokens) for tokens in examples["tokens"]]
     return encoded
 
 

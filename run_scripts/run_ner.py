@@ -8,6 +8,11 @@ Works the same with `python`, `accelerate launch` and `torchrun`. Examples (see 
         --test_file ../shared/data/conll2003/ner/test.txt --tag_scheme bioes --output_dir out/ner \\
         --do_train --do_eval --do_predict
 
+A fresh model (`--config_name`, no `--model_name_or_path`) trains with the recipe stored in its config
+(`training_recipe`; the paper's lr 1e-3, x0.97 per epoch, clipping 3, batch 10, length-grouped batches for S-LSTM and
+baseline configs without one) for every training argument not given on the command line; a saved checkpoint
+(`--model_name_or_path`) trains with the Trainer's defaults.
+
 Data: CoNLL column files (`token<TAB/space>...tag`, blank lines between sentences, `-DOCSTART-` ignored; choose the
 columns with --conll_token_column/--conll_label_column), json/jsonl/csv/parquet with a tokens and a tags column, or
 --dataset_name. The task is whatever the label column holds: span tags (IOB1/IOB2/BIOES, detected or given with
@@ -25,10 +30,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import data_utils
 import numpy as np
-import training_utils
 from seqeval.metrics import classification_report
 from seqeval.scheme import IOB2, IOBES
-from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification
+from slstm_trainer import SLSTMTrainer
+from training_arguments import DataArguments, parse_training_arguments
+from training_setup import (
+    apply_training_recipe,
+    build_fresh_model,
+    load_checkpoint,
+    load_fresh_config,
+    resume_checkpoint,
+    setup_logging,
+)
+from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
 
 from modeling_slstm.tag_schemes import (
     convert_tag_sequence,
@@ -42,7 +56,7 @@ logger = logging.getLogger("run_ner")
 
 
 @dataclass
-class NERDataArguments(training_utils.DataArguments):
+class NERDataArguments(DataArguments):
     tag_scheme: str | None = field(
         default=None,
         metadata={
@@ -150,66 +164,47 @@ def argmax_logits(logits, labels):
 
 
 def main():
-    model_args, data_args, training_args = training_utils.parse_and_set_up(NERDataArguments)
+    # Arguments, logging, seed.
+    model_args, data_args, training_args, given = parse_training_arguments(NERDataArguments)
+    setup_logging(training_args, ("__main__", "run_ner"))
+    set_seed(training_args.seed)
 
-    label_column = data_args.conll_label_column
-    if data_args.label_column_name and data_args.label_column_name.lstrip("-").isdigit():
-        label_column = int(data_args.label_column_name)  # --label_column_name 1: a column index for CoNLL files
-
-    def reader(path):
-        return data_utils.read_conll(path, data_args.conll_token_column, label_column)
-
-    raw = data_utils.truncate_splits(data_utils.load_raw_splits(data_args, "token", reader), data_args)
+    # Data: sentences as words and tags, by split.
+    raw = data_utils.truncate_splits(load_raw_splits(data_args), data_args)
     if training_args.do_train and "train" not in raw:
         raise ValueError("--do_train needs --train_file or --dataset_name with a train split")
-    reference_split = "train" if "train" in raw else next(iter(raw))
     span_task = is_span_labels(example["tags"] for split in raw.values() for example in split)
+    data_scheme, train_scheme = tag_schemes(raw, data_args, span_task, continuing=bool(model_args.model_name_or_path))
 
-    # Tag schemes: the data's own (for predictions.txt) and the training scheme (the model's labels).
-    data_scheme = train_scheme = None
-    if span_task:
-        data_scheme = (
-            normalize_scheme_name(data_args.data_tag_scheme)
-            if data_args.data_tag_scheme
-            else (detect_tag_scheme(example["tags"] for example in raw[reference_split]))
-        )
-        train_scheme = normalize_scheme_name(data_args.tag_scheme) if data_args.tag_scheme else data_scheme
-        if train_scheme == "IOB1" and not data_args.tag_scheme:
-            # IOB1 label sets look like IOB2 ones, so the CRF's IOB2 constraints would forbid IOB1's entity-opening
-            # I- tags: train in IOB2 (predictions.txt is converted back to IOB1).
-            train_scheme = "IOB2"
-        if model_args.model_name_or_path and not data_args.tag_scheme:
-            train_scheme = None  # decided by the checkpoint's labels below
-    elif data_args.tag_scheme:
-        raise ValueError(f"--tag_scheme {data_args.tag_scheme} given but the labels are not span tags (e.g. POS)")
-
-    label_list = None
-    if not model_args.model_name_or_path:
+    # Model: a saved checkpoint with its labels, or a fresh one from a config with the config's training recipe.
+    max_length = data_args.max_seq_length or 512
+    training_recipe = {}
+    if model_args.model_name_or_path:
+        tokenizer, model = load_checkpoint(model_args, AutoModelForTokenClassification)
+        label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
+        if span_task and train_scheme is None:
+            train_scheme = label_set_scheme(label_list) or data_scheme
+    else:
         if "train" not in raw:
             raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
-        label_splits = raw.values() if data_args.include_eval_labels else [raw["train"]]
-        train_tags = [convert(e["tags"], data_scheme, train_scheme) for split in label_splits for e in split]
-        label_list = ordered_labels(tag for tags in train_tags for tag in tags)
-        if span_task:
-            label_list = complete_span_labels(label_list, train_scheme)
-
-    eval_words = [e["tokens"] for split in ("validation", "test") if split in raw for e in raw[split]]
-    max_length = data_args.max_seq_length or 512
-    tokenizer, model, label_list = training_utils.build_tokenizer_and_model(
-        model_args,
-        AutoModelForTokenClassification,
-        label_list,
-        [e["tokens"] for e in raw["train"]] if "train" in raw else None,
-        eval_words,
-        model_max_length=max_length,
-        config_updates={"crf_constraints": False} if train_scheme == "IOB1" else None,
-    )
+        label_list = fresh_label_list(raw, data_args.include_eval_labels, data_scheme, train_scheme, span_task)
+        config, recipe = load_fresh_config(model_args)
+        if train_scheme == "IOB1":
+            config.crf_constraints = False  # the CRF's constraints are IOB2/BIOES ones; IOB1 opens entities with I-
+        source = model_args.config_name or "the default SLSTMConfig"
+        training_recipe = apply_training_recipe(training_args, given, config, recipe, source)
+        eval_words = [e["tokens"] for split in ("validation", "test") if split in raw for e in raw[split]]
+        train_words = [e["tokens"] for e in raw["train"]]
+        tokenizer, model = build_fresh_model(
+            model_args, config, AutoModelForTokenClassification, label_list, train_words, eval_words, max_length
+        )
     max_length = data_args.max_seq_length or tokenizer.model_max_length
-    if span_task and train_scheme is None:
-        train_scheme = label_set_scheme(label_list) or data_scheme
-    label2id = {label: index for index, label in enumerate(label_list)}
+    logger.warning(
+        f"Task: {'span tagging' if span_task else 'tagging (accuracy)'}; data scheme {data_scheme}, training scheme "
+        f"{train_scheme}; {len(label_list)} labels: {label_list}"
+    )
 
-    # Convert every split to the training scheme and check that the model knows its labels.
+    # Preprocessing: tags in the training scheme, every label known to the model, words to token ids.
     converted = {
         split: [{"tokens": e["tokens"], "tags": convert(e["tags"], data_scheme, train_scheme)} for e in examples]
         for split, examples in raw.items()
@@ -218,69 +213,141 @@ def main():
     if model_args.model_name_or_path and "train" in converted:
         check_splits["validation"] = converted["train"] + converted.get("validation", [])
     data_utils.check_labels_known(check_splits, label_list, "tags", sequence=True)
-    logger.warning(
-        f"Task: {'span tagging' if span_task else 'tagging (accuracy)'}; data scheme {data_scheme}, training scheme "
-        f"{train_scheme}; {len(label_list)} labels: {label_list}"
-    )
-
-    processed = {}
-    for split, examples in converted.items():
-        truncated = data_utils.count_truncated((len(e["tokens"]) for e in examples), max_length)
-        if truncated:
-            logger.warning(
-                f"{split}: {truncated} sentence(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
-                "included) are truncated; their remaining words are scored as missed and predicted as 'O'"
-            )
-        processed[split] = data_utils.tokenize_split(
-            split,
-            [{"tokens": clean_tokens(e["tokens"]), "tags": e["tags"]} for e in examples],
-            data_utils.tokenize_and_align_labels,
-            training_args,
-            tokenizer=tokenizer,
-            label2id=label2id,
-            max_length=max_length,
-        )
-    processed = {split: dataset.remove_columns("num_words") for split, dataset in processed.items()}
+    label2id = {label: index for index, label in enumerate(label_list)}
+    processed = {
+        split: tokenize(split, examples, tokenizer, label2id, max_length, training_args)
+        for split, examples in converted.items()
+    }
 
     metrics = TokenMetrics(
-        model.config.id2label if model_args.model_name_or_path else dict(enumerate(label_list)),
+        dict(enumerate(label_list)),
         train_scheme if span_task else None,
         data_args.strict_metrics,
         data_args.return_entity_level_metrics,
     )
-
-    def write_predictions(output):
-        _, predicted_tags = metrics.decode(output.predictions, output.label_ids)
-        rows = []
-        for example, predicted in zip(raw["test"], predicted_tags):
-            n_words = len(example["tokens"])
-            predicted = predicted + ["O"] * (n_words - len(predicted))  # truncated words
-            if span_task and data_scheme != train_scheme:
-                predicted = convert_tag_sequence(predicted, train_scheme, data_scheme)
-            rows.append((example["tokens"], example["tags"], predicted))
-        path = Path(training_args.output_dir) / "predictions.txt"
-        data_utils.write_conll(path, rows)
-        logger.warning(f"Wrote {path} (token, gold, predicted; tags in the data's scheme {data_scheme})")
-
     task_name = "named-entity recognition / chunking" if span_task else "token tagging (e.g. POS)"
-    card_info = {
-        "pipeline_tag": "token-classification",
-        "auto_class": "AutoModelForTokenClassification",
-        "task_description": f"{task_name}, tag scheme {train_scheme}" if span_task else task_name,
-        "training_data": describe_data(data_args, raw),
-        "usage_example": USAGE,
-    }
-    training_utils.train_evaluate_predict(
-        model,
-        tokenizer,
-        training_args,
-        processed,
-        DataCollatorForTokenClassification(tokenizer),
-        metrics,
-        write_predictions,
-        card_info,
+    trainer = SLSTMTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=processed.get("train") if training_args.do_train else None,
+        eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        compute_metrics=metrics,
         preprocess_logits_for_metrics=argmax_logits,
+        model_card={
+            "pipeline_tag": "token-classification",
+            "auto_class": "AutoModelForTokenClassification",
+            "task_description": f"{task_name}, tag scheme {train_scheme}" if span_task else task_name,
+            "training_data": describe_data(data_args, raw),
+            "usage_example": USAGE,
+            "training_recipe": training_recipe,
+        },
     )
+
+    # Training
+    if training_args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+        if not training_args.push_to_hub:  # with --push_to_hub, push_to_hub() below saves and uploads in one commit
+            trainer.save_model()
+        trainer.save_state()
+        trainer.report_metrics("train", train_result.metrics, len(processed["train"]))
+
+    # Evaluation
+    if training_args.do_eval and "validation" in processed:
+        eval_metrics = trainer.evaluate(processed["validation"], metric_key_prefix="eval")
+        trainer.report_metrics("eval", eval_metrics, len(processed["validation"]))
+
+    # Prediction
+    if training_args.do_predict and "test" in processed:
+        output = trainer.predict(processed["test"], metric_key_prefix="test")
+        trainer.report_metrics("test", output.metrics, len(processed["test"]))
+        if trainer.is_world_process_zero():
+            _, predicted_tags = metrics.decode(output.predictions, output.label_ids)
+            path = Path(training_args.output_dir) / "predictions.txt"
+            write_predictions(path, raw["test"], predicted_tags, train_scheme, data_scheme)
+
+    # Model card, and the upload with --push_to_hub.
+    if training_args.push_to_hub:
+        trainer.push_to_hub(commit_message="End of training")
+    else:
+        trainer.create_model_card()
+    trainer.end()
+
+
+def load_raw_splits(data_args) -> dict[str, list[dict]]:
+    """The splits as `{"tokens": [...], "tags": [...]}` sentences; an integer --label_column_name is a CoNLL column."""
+    label_column = data_args.conll_label_column
+    if data_args.label_column_name and data_args.label_column_name.lstrip("-").isdigit():
+        label_column = int(data_args.label_column_name)
+
+    def read_conll(path):
+        return data_utils.read_conll(path, data_args.conll_token_column, label_column)
+
+    return data_utils.load_raw_splits(data_args, "token", read_conll)
+
+
+def tag_schemes(raw: dict, data_args, span_task: bool, continuing: bool) -> tuple[str | None, str | None]:
+    """`(data_scheme, train_scheme)`: the data's span scheme (for predictions.txt) and the one the model trains in
+    (its labels), `None` for tags that are not spans. When continuing from a checkpoint without --tag_scheme, the
+    training scheme is `None` here: the checkpoint's labels decide it."""
+    if not span_task:
+        if data_args.tag_scheme:
+            raise ValueError(f"--tag_scheme {data_args.tag_scheme} given but the labels are not span tags (e.g. POS)")
+        return None, None
+    if data_args.data_tag_scheme:
+        data_scheme = normalize_scheme_name(data_args.data_tag_scheme)
+    else:
+        reference = raw["train"] if "train" in raw else next(iter(raw.values()))
+        data_scheme = detect_tag_scheme(example["tags"] for example in reference)
+    if data_args.tag_scheme:
+        return data_scheme, normalize_scheme_name(data_args.tag_scheme)
+    if continuing:
+        return data_scheme, None
+    # IOB1 label sets look like IOB2 ones, so the CRF's IOB2 constraints would forbid IOB1's entity-opening I- tags:
+    # train in IOB2 (predictions.txt is converted back to IOB1).
+    return data_scheme, "IOB2" if data_scheme == "IOB1" else data_scheme
+
+
+def fresh_label_list(raw: dict, include_eval_labels: bool, data_scheme, train_scheme, span_task: bool) -> list[str]:
+    """The labels of a fresh model in id order: those of the training data (all splits with --include_eval_labels)
+    in the training scheme, completed to every prefix of each entity type for span tags."""
+    label_splits = raw.values() if include_eval_labels else [raw["train"]]
+    tags = [tag for split in label_splits for e in split for tag in convert(e["tags"], data_scheme, train_scheme)]
+    labels = ordered_labels(tags)
+    return complete_span_labels(labels, train_scheme) if span_task else labels
+
+
+def tokenize(split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args):
+    """One split tokenised with its labels aligned to the tokens; sentences over `max_length` are truncated."""
+    truncated = data_utils.count_truncated((len(e["tokens"]) for e in examples), max_length)
+    if truncated:
+        logger.warning(
+            f"{split}: {truncated} sentence(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
+            "included) are truncated; their remaining words are scored as missed and predicted as 'O'"
+        )
+    return data_utils.tokenize_split(
+        split,
+        [{"tokens": clean_tokens(e["tokens"]), "tags": e["tags"]} for e in examples],
+        data_utils.tokenize_and_align_labels,
+        training_args,
+        tokenizer=tokenizer,
+        label2id=label2id,
+        max_length=max_length,
+    )
+
+
+def write_predictions(path: Path, test_examples: list[dict], predicted_tags, train_scheme, data_scheme) -> None:
+    """`token gold predicted` per line, in the data's tag scheme (`None`: not span tags); words cut by truncation are
+    predicted `O`."""
+    rows = []
+    for example, predicted in zip(test_examples, predicted_tags):
+        predicted = predicted + ["O"] * (len(example["tokens"]) - len(predicted))
+        if data_scheme is not None and data_scheme != train_scheme:
+            predicted = convert_tag_sequence(predicted, train_scheme, data_scheme)
+        rows.append((example["tokens"], example["tags"], predicted))
+    data_utils.write_conll(path, rows)
+    logger.warning(f"Wrote {path} (token, gold, predicted; tags in the data's scheme {data_scheme})")
 
 
 USAGE = """```python

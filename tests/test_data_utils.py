@@ -1,7 +1,7 @@
 """Readers, splits and label alignment of run_scripts/data_utils.py."""
 
 import pytest
-from test_run_helpers import data_utils, require_shared
+from test_run_helpers import data_utils
 
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 
@@ -73,8 +73,8 @@ def test_seeded_split_is_deterministic_and_disjoint():
     assert data_utils.seeded_split(items, 6) != first
 
 
-def test_movie_review_split():
-    directory = require_shared("movie_review")
+def test_movie_review_split(shared_data):
+    directory = shared_data("movie_review")
     splits = data_utils.read_rt_polarity(directory, seed=42)
     assert [len(splits[s]) for s in ("train", "validation", "test")] == [8530, 1066, 1066]
     assert {e["label"] for e in splits["test"]} == {"pos", "neg"}
@@ -88,6 +88,18 @@ def test_wnut16_split(tmp_path):
     assert data_utils.read_conll(paths["test"]) == data_utils.read_conll(
         data_utils.prepare_wnut16(tmp_path / "b")["test"]
     )
+
+
+def test_missing_shared_data_skips_but_fails_under_ci(shared_data, monkeypatch, tmp_path):
+    monkeypatch.setenv("SLSTM_SHARED_DATA", str(tmp_path / "absent"))
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="absent.movie_review"):
+        shared_data("movie_review")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true and shared benchmark data not found"):
+        shared_data("movie_review")
+    (tmp_path / "absent" / "movie_review").mkdir(parents=True)
+    assert shared_data("movie_review") == tmp_path / "absent" / "movie_review"
 
 
 def test_label_alignment_and_truncation():

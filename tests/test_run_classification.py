@@ -1,7 +1,7 @@
 """run_scripts/run_classification.py end to end on generated files and on slices of the shared data."""
 
 import pytest
-from test_run_helpers import read_json, require_shared, run_args, run_main
+from test_run_helpers import read_json, run_args, run_main
 
 
 def cls_args(output_dir, paths=None, **options):
@@ -19,6 +19,7 @@ def generated_files(tmp_path, n=24):
     return paths
 
 
+@pytest.mark.slow
 def test_generated_text_label_files(tmp_path, monkeypatch):
     paths = generated_files(tmp_path)
     out = tmp_path / "out"
@@ -33,6 +34,7 @@ def test_generated_text_label_files(tmp_path, monkeypatch):
     assert read_json(out / "config.json")["classifier_pooling"] == "attention"
 
 
+@pytest.mark.slow
 def test_csv_and_parquet_inputs(tmp_path, monkeypatch):
     import pandas as pd
 
@@ -55,8 +57,9 @@ def test_csv_and_parquet_inputs(tmp_path, monkeypatch):
     assert 0.0 <= read_json(out / "all_results.json")["test_accuracy"] <= 1.0
 
 
-def test_movie_review_slice(tmp_path, monkeypatch):
-    directory = require_shared("movie_review")
+@pytest.mark.slow
+def test_movie_review_slice(tmp_path, monkeypatch, shared_data):
+    directory = shared_data("movie_review")
     out = tmp_path / "out"
     run_main(
         "run_classification",
@@ -74,8 +77,9 @@ def test_movie_review_slice(tmp_path, monkeypatch):
     assert results["test_samples"] == 40 and 0.0 <= results["test_macro_f1"] <= 1.0
 
 
-def test_apparel_slice(tmp_path, monkeypatch):
-    directory = require_shared("apparel")
+@pytest.mark.slow
+def test_apparel_slice(tmp_path, monkeypatch, shared_data):
+    directory = shared_data("apparel")
     out = tmp_path / "out"
     run_main(
         "run_classification",

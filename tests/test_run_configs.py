@@ -1,38 +1,66 @@
-"""hub_configs/: the paper's configurations, the demo's small one, and the accelerate launch configs."""
+"""hub_configs/: the paper's configurations, the demo's small one, the training recipe that ships with them, and the
+accelerate launch configs."""
+
+import json
+import logging
 
 import pytest
 from accelerate.commands.config.config_args import ClusterConfig
-from test_run_helpers import REPO, training_utils
+from test_run_helpers import REPO, training_arguments, training_setup
+from transformers import AutoConfig, HfArgumentParser
+
+from modeling_slstm import SLSTMConfig
 
 PAPER = {
     "slstm-ner-crf.json": {"num_steps": 9, "use_crf": True},
     "slstm-pos.json": {"num_steps": 7, "use_crf": False},
     "slstm-classification.json": {"num_steps": 9, "classifier_pooling": "attention"},
 }
+PAPER_RECIPE = {
+    "learning_rate": 1e-3,
+    "lr_decay_per_epoch": 0.97,
+    "max_grad_norm": 3.0,
+    "per_device_train_batch_size": 10,
+    "train_sampling_strategy": "group_by_length",
+}
 
 
 @pytest.mark.parametrize("name", sorted(PAPER))
 def test_paper_configs(name):
-    config = training_utils.load_fresh_config(
-        training_utils.ModelArguments(config_name=str(REPO / "hub_configs" / name))
+    config, recipe = training_setup.load_fresh_config(
+        training_arguments.ModelArguments(config_name=str(REPO / "hub_configs" / name))
     )
     assert (config.hidden_size, config.window_size, config.num_sentence_nodes) == (300, 1, 1)
     assert config.embedding_dropout == 0.5
     for key, value in PAPER[name].items():
         assert getattr(config, key) == value
     assert not hasattr(config, "_comment")
+    # The recipe ships with the config but is not part of the model's config (nor of a checkpoint's config.json).
+    assert recipe == PAPER_RECIPE
+    assert not hasattr(config, training_setup.RECIPE_KEY)
+    assert training_setup.RECIPE_KEY not in config.to_json_string()
+
+
+def test_recipe_key_does_not_break_config_loading(tmp_path):
+    """Loading a hub config directly (the recipe becomes a config attribute) still gives a valid SLSTMConfig."""
+    config = AutoConfig.from_pretrained(REPO / "hub_configs" / "slstm-pos.json")
+    assert isinstance(config, SLSTMConfig) and config.num_steps == 7
+    assert config.training_recipe == PAPER_RECIPE
+    config.save_pretrained(tmp_path)
+    assert SLSTMConfig.from_pretrained(tmp_path).training_recipe == PAPER_RECIPE
 
 
 def test_small_config_and_overrides():
-    config = training_utils.load_fresh_config(
-        training_utils.ModelArguments(
+    config, recipe = training_setup.load_fresh_config(
+        training_arguments.ModelArguments(
             config_name=str(REPO / "hub_configs" / "slstm-ner-crf-small.json"),
             config_overrides="hidden_size=8,use_crf=false",
         )
     )
     assert (config.hidden_size, config.embedding_dim, config.use_crf) == (8, 50, False)
+    assert recipe == dict(PAPER_RECIPE, learning_rate=5e-3, lr_decay_per_epoch=0.9)  # the README demo's recipe
     with pytest.raises(ValueError, match="num_steps"):
-        training_utils.load_fresh_config(training_utils.ModelArguments(config_overrides="num_steps=0"))
+        training_setup.load_fresh_config(training_arguments.ModelArguments(config_overrides="num_steps=0"))
 
 
 def test_accelerate_configs():
@@ -47,3 +75,112 @@ def test_accelerate_configs():
         assert config.distributed_type.value == kind, name
     fsdp = ClusterConfig.from_yaml_file(REPO / "hub_configs" / "accelerate" / "fsdp.yaml")
     assert fsdp.fsdp_config["fsdp_transformer_layer_cls_to_wrap"] == "SLSTMStateTransition"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# From-scratch training recipe
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def resolve(tmp_path, config_name, *flags):
+    """The training arguments of a fresh model from `config_name` with the command line `flags`, after the recipe,
+    and what the recipe applied."""
+    argv = ["--train_file", "train.txt", "--output_dir", str(tmp_path), *flags]
+    if config_name is not None:
+        argv += ["--config_name", str(config_name)]
+    model_args, _, training_args, given = training_arguments.parse_training_arguments(
+        training_arguments.DataArguments, argv
+    )
+    config, recipe = training_setup.load_fresh_config(model_args)
+    applied = training_setup.apply_training_recipe(training_args, given, config, recipe, str(config_name))
+    return training_args, applied
+
+
+def recipe_lines(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if "Training from scratch" in record.getMessage()]
+
+
+def test_fresh_model_gets_the_configs_recipe_and_logs_one_line(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    config_name = REPO / "hub_configs" / "slstm-pos.json"
+    training_args, applied = resolve(tmp_path, config_name)
+    assert applied == PAPER_RECIPE
+    for name, value in PAPER_RECIPE.items():
+        assert getattr(training_args, name) == value, name
+    (line,) = recipe_lines(caplog)
+    assert str(config_name) in line
+    for name, value in PAPER_RECIPE.items():
+        assert f"{name}={value}" in line
+    assert "kept from the command line" not in line
+
+
+def test_command_line_wins_even_when_it_gives_the_default(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    # 5e-5 and 1.0 are the Trainer's defaults: given explicitly, they must still win over the recipe.
+    training_args, applied = resolve(
+        tmp_path,
+        REPO / "hub_configs" / "slstm-ner-crf.json",
+        "--learning_rate",
+        "5e-5",
+        "--max_grad_norm=1.0",
+        "--lr_scheduler_type",
+        "cosine",
+    )
+    assert (training_args.learning_rate, training_args.max_grad_norm) == (5e-5, 1.0)
+    assert training_args.lr_decay_per_epoch is None  # the user chose the schedule: no per-epoch decay on top
+    assert applied == {"per_device_train_batch_size": 10, "train_sampling_strategy": "group_by_length"}
+    assert training_args.per_device_train_batch_size == 10
+    (line,) = recipe_lines(caplog)
+    assert "kept from the command line: learning_rate=5e-05, lr_decay_per_epoch=None, max_grad_norm=1.0" in line
+
+
+def test_configs_without_recipe(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    # A baseline config without its own recipe trains with the paper's, as does the default SLSTMConfig.
+    baseline = REPO / "hub_configs" / "baselines" / "bilstm1-ner-crf.json"
+    assert training_setup.RECIPE_KEY not in json.loads(baseline.read_text())
+    training_args, applied = resolve(tmp_path, baseline)
+    assert applied == PAPER_RECIPE and training_args.learning_rate == 1e-3
+    assert "the paper" in recipe_lines(caplog)[0]
+    assert resolve(tmp_path, None)[1] == PAPER_RECIPE
+    # Another model type keeps the Trainer's defaults.
+    bert = tmp_path / "bert.json"
+    bert.write_text(json.dumps({"model_type": "bert", "num_hidden_layers": 1}))
+    training_args, applied = resolve(tmp_path, bert)
+    assert applied == {} and training_args.learning_rate == 5e-5
+
+
+def test_bad_recipe_names_the_key(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "sentence_state_lstm", "training_recipe": {"learning_rat": 1e-3}}))
+    with pytest.raises(ValueError, match="'learning_rat', which is not a training argument"):
+        resolve(tmp_path, config)
+    config.write_text(json.dumps({"training_recipe": {"train_sampling_strategy": "by_length"}}))
+    with pytest.raises(ValueError, match="train_sampling_strategy='by_length'; expected one of"):
+        resolve(tmp_path, config)
+
+
+def test_given_arguments_are_detected_however_spelled(tmp_path):
+    parser = HfArgumentParser(training_arguments.SLSTMTrainingArguments)
+    given = training_arguments.given_on_command_line(
+        parser, ["--output_dir", "x", "--learning_r", "5e-5", "--no_remove_unused_columns", "--bf16"]
+    )
+    assert given == {"output_dir", "learning_rate", "remove_unused_columns", "bf16"}
+    arguments = tmp_path / "arguments.json"
+    arguments.write_text(json.dumps({"train_file": "t.txt", "output_dir": str(tmp_path), "learning_rate": 5e-5}))
+    *_, given = training_arguments.parse_training_arguments(training_arguments.DataArguments, [str(arguments)])
+    assert given == {"train_file", "output_dir", "learning_rate"}
+
+
+def test_defaults_for_ddp_and_the_hub(tmp_path):
+    _, _, training_args, _ = training_arguments.parse_training_arguments(
+        training_arguments.DataArguments, ["--train_file", "t.txt", "--output_dir", str(tmp_path)]
+    )
+    assert training_args.ddp_find_unused_parameters is False and training_args.hub_strategy == "end"
+
+
+def test_config_name_with_model_name_or_path_is_an_error():
+    with pytest.raises(ValueError, match=r"--model_name_or_path out/ner loads .*, so --config_name \(for a fresh"):
+        training_arguments.ModelArguments(model_name_or_path="out/ner", config_name="hub_configs/slstm-pos.json")
+    with pytest.raises(ValueError, match=r"so --config_name and --config_overrides \(for a fresh model\)"):
+        training_arguments.ModelArguments(model_name_or_path="out", config_name="c.json", config_overrides="x=1")

@@ -1,48 +1,61 @@
 """Multi-process training with no code change, and resuming after a killed run.
 
-- Two CPU processes over gloo through `accelerate launch --multi_gpu --num_processes 2` give the same loss, metrics,
-  predictions and weights as one process with the same global batch (no doubled loss from `num_items_in_batch`, no
-  duplicated evaluation samples when the evaluation set does not split evenly).
-- A run SIGKILLed right after a mid-run checkpoint and resumed with `--resume_from_checkpoint` ends with the same
-  weights as an uninterrupted run with the same seed.
+- Two CPU processes over gloo through `accelerate launch` (flags or a config file) or `torchrun` give the same loss,
+  metrics, predictions and weights as one process with the same global batch (no doubled loss from
+  `num_items_in_batch`, no duplicated evaluation samples when the evaluation set does not split evenly), without DDP's
+  unused-parameter search.
+- A run SIGKILLed right after a mid-run checkpoint and resumed with `--resume_from_checkpoint` continues from the
+  checkpoint's step and ends with the same weights as an uninterrupted run with the same seed.
 """
 
+import socket
 import sys
 
 import pytest
 from safetensors.torch import load_file
-from test_run_helpers import REPO, data_utils, read_json, run_args, run_subprocess, training_utils, write_generated_ner
+from test_run_helpers import REPO, SCRIPTS, data_utils, read_json, run_args, run_subprocess, write_generated_ner
 
-ACCELERATE_2PROC = [
-    sys.executable,
-    "-m",
-    "accelerate.commands.launch",
-    "--multi_gpu",
-    "--num_processes",
-    "2",
-    "--num_machines",
-    "1",
-    "--mixed_precision",
-    "no",
-    "--dynamo_backend",
-    "no",
-    "--main_process_port",
-    "29517",
-]
+pytestmark = pytest.mark.slow
 
 
-def ner_command(paths, output_dir, batch_size, use_crf=True, dropout=0.0, **options):
+def free_port() -> int:
+    """A TCP port that nothing listens on now (the launchers' rendezvous; fixed ports collide across runs)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def accelerate_flags(port: int) -> list[str]:
+    return [
+        *[sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"],
+        *["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"],
+        *["--main_process_port", str(port)],
+    ]
+
+
+def accelerate_yaml(port: int) -> list[str]:
+    config = REPO / "hub_configs" / "accelerate" / "multi_cpu_2proc.yaml"
+    launch = [sys.executable, "-m", "accelerate.commands.launch"]
+    return [*launch, "--config_file", str(config), "--main_process_port", str(port)]
+
+
+def torchrun(port: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
+
+
+def ner_command(paths, output_dir, batch_size, use_crf=True, dropout=0.0, eval_batch_size=4, **options):
     overrides = (
-        f"hidden_size=12,embedding_dim=12,num_steps=2,embedding_dropout={dropout},use_crf={str(use_crf).lower()}"
+        f"hidden_size=12,embedding_dim=12,num_steps=2,embedding_dropout={dropout},char_dropout={dropout},"
+        f"use_crf={str(use_crf).lower()}"
     )
     return [
-        str(REPO / "run_scripts" / "run_ner.py"),
+        str(SCRIPTS / "run_ner.py"),
         *run_args(
             output_dir,
             paths,
             config_overrides=overrides,
             per_device_train_batch_size=batch_size,
-            per_device_eval_batch_size=4,
+            per_device_eval_batch_size=eval_batch_size,
             seed=3,
             **options,
         ),
@@ -56,21 +69,9 @@ def assert_same_weights(first, second, atol):
         assert (a[key] - b[key]).abs().max().item() <= atol, key
 
 
-ACCELERATE_YAML_2PROC = [
-    sys.executable,
-    "-m",
-    "accelerate.commands.launch",
-    "--config_file",
-    str(REPO / "hub_configs" / "accelerate" / "multi_cpu_2proc.yaml"),
-    "--main_process_port",
-    "29518",
-]
-TORCHRUN_2PROC = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519"]
-
-
 @pytest.mark.parametrize(
     "launcher, use_crf",
-    [(ACCELERATE_2PROC, True), (ACCELERATE_YAML_2PROC, False), (TORCHRUN_2PROC, True)],
+    [(accelerate_flags, True), (accelerate_yaml, False), (torchrun, True)],
     ids=["accelerate-flags-crf", "accelerate-yaml-softmax", "torchrun-crf"],
 )
 def test_two_processes_match_one_process(tmp_path, launcher, use_crf):
@@ -79,9 +80,14 @@ def test_two_processes_match_one_process(tmp_path, launcher, use_crf):
     paths = write_generated_ner(tmp_path, n_train=32, n_eval=13, n_test=16)
     single, double = tmp_path / "single", tmp_path / "double"
     steps = {"max_steps": 3, "logging_steps": 1}
-    run_subprocess([sys.executable, *ner_command(paths, single, 8, use_crf, **steps)])
-    result = run_subprocess([*launcher, *ner_command(paths, double, 4, use_crf, **steps)])
-    assert "world size 2" in result.stdout + result.stderr
+    # The same global batches for training and evaluation (the two processes' losses average over the tokens of
+    # both halves of a batch).
+    run_subprocess([sys.executable, *ner_command(paths, single, 8, use_crf, eval_batch_size=8, **steps)])
+    result = run_subprocess([*launcher(free_port()), *ner_command(paths, double, 4, use_crf, **steps)])
+    output = result.stdout + result.stderr
+    assert "world size 2" in output
+    # No parameter of the heads is unused, so DDP runs without find_unused_parameters (which warns every run).
+    assert "find_unused_parameters=True" not in output
 
     one, two = read_json(single / "all_results.json"), read_json(double / "all_results.json")
     assert two["eval_samples"] == one["eval_samples"] == 13
@@ -97,34 +103,102 @@ def test_two_processes_match_one_process(tmp_path, launcher, use_crf):
     assert_same_weights(single, double, atol=1e-4)
 
 
+# run_ner.py's main() with a test callback: it appends the global step after every optimizer step of this process to
+# a file and, given a step > 0, SIGKILLs the process right after that step's checkpoint is saved (a hard kill mid-run
+# at a deterministic point). Arguments: the steps file, the kill step (0: none), then run_ner.py's own.
+INSTRUMENTED_RUN_NER = f"""
+import os, signal, sys
+sys.path.insert(0, {str(SCRIPTS)!r})
+import run_ner
+from transformers import TrainerCallback
+
+steps_file, kill_step = sys.argv[1], int(sys.argv[2])
+
+
+class RecordStepsThenKill(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        with open(steps_file, "a") as file:
+            file.write(f"{{state.global_step}}\\n")
+
+    def on_save(self, args, state, control, **kwargs):
+        if kill_step and state.global_step >= kill_step:
+            print(f"killing the run after saving step {{state.global_step}}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class InstrumentedTrainer(run_ner.SLSTMTrainer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_callback(RecordStepsThenKill())
+
+
+run_ner.SLSTMTrainer = InstrumentedTrainer
+sys.argv = ["run_ner.py", *sys.argv[3:]]
+run_ner.main()
+"""
+
+
 def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
+    """Killed, then resumed: continues at the checkpoint's step and ends bit-identical to an uninterrupted run.
+
+    Final weights alone cannot tell: a resumed run that ignored `--resume_from_checkpoint` and retrained from step 0
+    with the same seed (deliberately broken variant: drop `resume_from_checkpoint=` below) ends with the same weights;
+    the steps recorded by the resumed process then start at 1 instead of the checkpoint's step + 1.
+    """
     paths = write_generated_ner(tmp_path, n_train=16, n_eval=6)
 
     # 4 optimizer steps per epoch, 3 epochs; killed after the checkpoint of step 6 (mid second epoch), with dropout,
     # per-epoch LR decay and length-grouped batches, so RNG, scheduler and sampler state must all be restored.
-    def command(output_dir, **more):
-        return [
-            sys.executable,
-            *ner_command(
-                paths,
-                output_dir,
-                4,
-                dropout=0.5,
-                num_train_epochs=3,
-                save_steps=2,
-                lr_decay_per_epoch=0.5,
-                train_sampling_strategy="group_by_length",
-                max_grad_norm=3,
-                **more,
-            ),
-        ]
+    total_steps, kill_step = 12, 6
+
+    def run(output_dir, steps_file, kill_at=0, check=True, **more):
+        command = ner_command(
+            paths,
+            output_dir,
+            4,
+            dropout=0.5,
+            num_train_epochs=3,
+            save_steps=2,
+            logging_steps=1,
+            lr_decay_per_epoch=0.5,
+            train_sampling_strategy="group_by_length",
+            max_grad_norm=3,
+            **more,
+        )
+        args = [sys.executable, "-c", INSTRUMENTED_RUN_NER, str(steps_file), str(kill_at), *command[1:]]
+        return run_subprocess(args, check=check)
+
+    def steps_done(steps_file):
+        return [int(line) for line in steps_file.read_text().split()]
 
     full, killed = tmp_path / "full", tmp_path / "killed"
-    run_subprocess(command(full))
-    interrupted = run_subprocess(command(killed), env_extra={training_utils.KILL_ENV: "6"}, check=False)
+    run(full, tmp_path / "full_steps.txt")
+    assert steps_done(tmp_path / "full_steps.txt") == list(range(1, total_steps + 1))
+
+    interrupted = run(killed, tmp_path / "killed_steps.txt", kill_at=kill_step, check=False)
     assert interrupted.returncode == -9, interrupted.stdout[-2000:] + interrupted.stderr[-2000:]
-    assert (killed / "checkpoint-6").is_dir() and not (killed / "checkpoint-8").exists()
+    assert (killed / f"checkpoint-{kill_step}").is_dir() and not (killed / f"checkpoint-{kill_step + 2}").exists()
     assert not (killed / "model.safetensors").exists()
-    run_subprocess(command(killed, resume_from_checkpoint=killed / "checkpoint-6"))
+    assert steps_done(tmp_path / "killed_steps.txt") == list(range(1, kill_step + 1))
+    checkpoint_state = read_json(killed / f"checkpoint-{kill_step}" / "trainer_state.json")
+    assert checkpoint_state["global_step"] == kill_step
+
+    resumed_steps = tmp_path / "resumed_steps.txt"
+    run(killed, resumed_steps, resume_from_checkpoint=killed / f"checkpoint-{kill_step}")
+    # The resumed process continued from the checkpoint: its first optimizer step is the one after the checkpoint's
+    # and it did only the remaining ones (a run that ignored the checkpoint would start again at step 1).
+    resumed = steps_done(resumed_steps)
+    assert resumed[0] == kill_step + 1 and len(resumed) == total_steps - kill_step
+    state = read_json(killed / "trainer_state.json")
+    assert state["global_step"] == total_steps
+    # Its log history is the checkpoint's, then the resumed steps' logs, identical to the uninterrupted run's.
+    losses = [(h["step"], h["loss"]) for h in state["log_history"] if "loss" in h]
+    checkpoint_losses = [(h["step"], h["loss"]) for h in checkpoint_state["log_history"] if "loss" in h]
+    assert losses[:kill_step] == checkpoint_losses and [step for step, _ in losses[kill_step:]] == resumed
+    full_losses = [
+        (h["step"], h["loss"]) for h in read_json(full / "trainer_state.json")["log_history"] if "loss" in h
+    ]
+    assert losses == full_losses
+
     assert_same_weights(full, killed, atol=0.0)
     assert read_json(killed / "all_results.json")["test_f1"] == read_json(full / "all_results.json")["test_f1"]

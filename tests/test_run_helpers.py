@@ -1,4 +1,7 @@
-"""Helpers for the tests of run_scripts/ (imported by tests/test_run_*.py and tests/test_data_*.py); holds no tests."""
+"""Helpers for the tests of run_scripts/ (imported by tests/test_run_*.py and tests/test_data_*.py); holds no tests.
+
+Fixtures (isolated Hugging Face caches, the shared benchmark data) are in conftest.py.
+"""
 
 import json
 import os
@@ -7,20 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "run_scripts"
-SHARED_DATA = Path(os.environ.get("SLSTM_SHARED_DATA", REPO.parent / "shared" / "data"))
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
 # The run_scripts modules, importable by the tests as `from test_run_helpers import data_utils` (whatever the order
 # in which isort puts the imports of a test module).
 import data_utils
-import training_utils
+import training_arguments
+import training_setup
 
-__all__ = ["REPO", "SHARED_DATA", "data_utils", "training_utils"]
+__all__ = ["REPO", "SCRIPTS", "data_utils", "training_arguments", "training_setup"]
 
 NER_CONFIG = "hub_configs/slstm-ner-crf-small.json"
 TINY_MODEL = "hidden_size=16,embedding_dim=16,num_steps=2"
@@ -52,13 +53,6 @@ def run_args(output_dir, paths: dict | None = None, **options) -> list[str]:
     defaults = {"config_name": NER_CONFIG, "config_overrides": TINY_MODEL, **files, "output_dir": output_dir}
     defaults |= {"do_train": True, "do_eval": True, "do_predict": True, **COMMON_TRAINING}
     return cli(**(defaults | options))
-
-
-def require_shared(*parts) -> Path:
-    path = SHARED_DATA.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"shared benchmark data not found at {path} (set SLSTM_SHARED_DATA)")
-    return path
 
 
 def write_generated_ner(directory: Path, n_train=40, n_eval=12, seed=0, tab=True, n_test=None) -> dict[str, Path]:

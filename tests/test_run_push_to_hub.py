@@ -1,6 +1,7 @@
-"""`--push_to_hub` offline: `HfApi.create_repo`/`create_commit` are mocked; the commit must hold the model, the
-tokenizer, the code for `trust_remote_code` and the model card, and that exact set of files must load in a fresh
-process that cannot import the installed `modeling_slstm` package."""
+"""`--push_to_hub` offline: `HfApi.create_repo`/`create_commit` are mocked; the one commit at the end of the run
+(`--hub_strategy end`, the scripts' default) must hold the model, the tokenizer, the code for `trust_remote_code`, the
+model card and the results, and that exact set of files must load in a fresh process that cannot import the installed
+`modeling_slstm` package (with the Hugging Face caches isolated and the Hub offline, see conftest.py)."""
 
 import json
 import shutil
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 from unittest import mock
 
+import pytest
 import torch
 import yaml
 from huggingface_hub import CommitOperationAdd, HfApi, RepoUrl
@@ -31,6 +33,7 @@ print("RESULT " + json.dumps({"module": type(model).__module__, "ids": ids, "n_e
 """
 
 
+@pytest.mark.slow
 def test_push_to_hub_commit_and_fresh_load(tmp_path, monkeypatch):
     paths = write_generated_ner(tmp_path)
     out = tmp_path / "out"
@@ -74,11 +77,12 @@ def test_push_to_hub_commit_and_fresh_load(tmp_path, monkeypatch):
         "README.md",
         "configuration_slstm.py",
         "modeling_slstm.py",
-        "heads.py",
         "crf.py",
         "all_results.json",
     ):
         assert name in files, (name, sorted(files))
+    code_files = {path.name for path in out.glob("*.py")}  # every module the saved model code imports
+    assert code_files <= set(files), sorted(code_files - set(files))
     assert not any(name.startswith("checkpoint-") for name in files)
     config = json.loads(files["config.json"])
     assert config["auto_map"]["AutoModelForTokenClassification"] == "modeling_slstm.SLSTMForTokenClassification"

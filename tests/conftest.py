@@ -1,0 +1,57 @@
+"""Fixtures shared by the test modules.
+
+- `isolated_hf_caches` (every test): the Hugging Face caches in a temporary folder and the Hub offline, for this
+  process and for every script, launcher or fresh interpreter a test starts (they inherit the environment).
+- `shared_data`: the benchmark corpora beside the repository (`../shared/data`, or `$SLSTM_SHARED_DATA`).
+"""
+
+import os
+from pathlib import Path
+
+import datasets
+import huggingface_hub
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def isolated_hf_caches(tmp_path_factory, monkeypatch) -> Path:
+    """`HF_HOME` and `HF_DATASETS_CACHE` in a fresh temporary folder and `HF_HUB_OFFLINE=1`: no test reads or writes
+    the user's caches (downloads, datasets, the `trust_remote_code` modules of a fresh process) or reaches the Hub.
+
+    The libraries read these variables when they are imported, so this process's already imported copies of the
+    datasets cache and the offline switches are pointed at the same values too.
+    """
+    home = tmp_path_factory.mktemp("hf_home")
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(home / "datasets"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", home / "datasets")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    return home
+
+
+def shared_data_root() -> Path:
+    return Path(os.environ.get("SLSTM_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture
+def shared_data():
+    """`shared_data(*parts)`: the path of benchmark data in the shared data folder.
+
+    When it does not exist the test is skipped with the path in the reason, except with `CI=true`: CI has the data
+    beside the clone, so there a missing folder fails the test instead of letting a skip hide a regression.
+    """
+
+    def find(*parts: str) -> Path:
+        path = shared_data_root().joinpath(*parts)
+        if not path.exists():
+            message = f"shared benchmark data not found at {path} (set SLSTM_SHARED_DATA to the data folder)"
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail(f"CI=true and {message}", pytrace=False)
+            pytest.skip(message)
+        return path
+
+    return find
