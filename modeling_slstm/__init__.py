@@ -19,6 +19,7 @@ from .modeling_slstm import (
     SLSTMModel,
     SLSTMPreTrainedModel,
 )
+from .weighted_sum import weighted_sum_decomposition
 
 AutoConfig.register(SLSTMConfig.model_type, SLSTMConfig, exist_ok=True)
 AutoModel.register(SLSTMConfig, SLSTMModel, exist_ok=True)
@@ -32,4 +33,5 @@ __all__ = [
     "SLSTMForTokenClassification",
     "SLSTMModel",
     "SLSTMPreTrainedModel",
+    "weighted_sum_decomposition",
 ]
