@@ -2,6 +2,12 @@
 
 from transformers import PreTrainedConfig
 
+from modeling_slstm.configuration_slstm import (
+    validate_char_settings,
+    validate_head_tag_scheme,
+    word_representation_dim,
+)
+
 BASELINE_ENCODER_TYPES = ("bilstm", "cnn", "transformer")
 BASELINE_POSITION_EMBEDDINGS = ("sinusoidal", "learned")
 CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
@@ -26,6 +32,12 @@ class BaselineEncoderConfig(PreTrainedConfig):
             `hidden_size // 2` units and their outputs are concatenated, as in the paper's BiLSTM baselines.
         embedding_dropout (`float`, *optional*, defaults to 0.5):
             Dropout on the word representations (as S-LSTM's `embedding_dropout`).
+        use_char_features (`bool`, *optional*, defaults to `False`), char_vocab_size (`int`, *optional*, defaults to
+        100), char_embedding_dim (`int`, *optional*, defaults to 30), char_hidden_size (`int`, *optional*, defaults
+        to 30), char_kernel_size (`int`, *optional*, defaults to 3), char_dropout (`float`, *optional*, defaults to
+        0.5):
+            Character features appended to the word embeddings, with the same meaning as in [`SLSTMConfig`]: the
+            baselines read the same word representations as S-LSTM, so that comparisons stay fair.
         hidden_dropout (`float`, *optional*, defaults to 0.0):
             Dropout between stacked layers (BiLSTM, CNN) or inside the Transformer layers.
         kernel_size (`int`, *optional*, defaults to 3):
@@ -38,8 +50,8 @@ class BaselineEncoderConfig(PreTrainedConfig):
             Transformer positions: fixed `"sinusoidal"` or `"learned"` (`max_position_embeddings` rows).
         max_position_embeddings (`int`, *optional*, defaults to 1024):
             Longest input for learned positions.
-        classifier_dropout, classifier_pooling, use_crf, crf_constraints, initializer_range, pad_token_id,
-        bos_token_id, eos_token_id: the head and embedding fields, with the same meaning and defaults as
+        classifier_dropout, classifier_pooling, use_crf, crf_constraints, head_tag_scheme, initializer_range,
+        pad_token_id, bos_token_id, eos_token_id: the head and embedding fields, with the same meaning and defaults as
             [`SLSTMConfig`]. `classifier_pooling="sentence"` reads the encoder's `pooler_output`: for a BiLSTM the
             final forward state concatenated with the final backward state; for a CNN or a Transformer the masked
             mean of the outputs (they have no sentence state).
@@ -64,6 +76,12 @@ class BaselineEncoderConfig(PreTrainedConfig):
         embedding_dim: int = 300,
         hidden_size: int = 300,
         embedding_dropout: float = 0.5,
+        use_char_features: bool = False,
+        char_vocab_size: int = 100,
+        char_embedding_dim: int = 30,
+        char_hidden_size: int = 30,
+        char_kernel_size: int = 3,
+        char_dropout: float = 0.5,
         hidden_dropout: float = 0.0,
         kernel_size: int = 3,
         num_attention_heads: int = 6,
@@ -74,6 +92,7 @@ class BaselineEncoderConfig(PreTrainedConfig):
         classifier_pooling: str = "sentence",
         use_crf: bool = False,
         crf_constraints: bool = True,
+        head_tag_scheme: str | None = None,
         initializer_range: float = 0.1,
         pad_token_id: int = 0,
         bos_token_id: int = 2,
@@ -86,6 +105,12 @@ class BaselineEncoderConfig(PreTrainedConfig):
         self.embedding_dim = embedding_dim
         self.hidden_size = hidden_size
         self.embedding_dropout = embedding_dropout
+        self.use_char_features = use_char_features
+        self.char_vocab_size = char_vocab_size
+        self.char_embedding_dim = char_embedding_dim
+        self.char_hidden_size = char_hidden_size
+        self.char_kernel_size = char_kernel_size
+        self.char_dropout = char_dropout
         self.hidden_dropout = hidden_dropout
         self.kernel_size = kernel_size
         self.num_attention_heads = num_attention_heads
@@ -96,12 +121,21 @@ class BaselineEncoderConfig(PreTrainedConfig):
         self.classifier_pooling = classifier_pooling
         self.use_crf = use_crf
         self.crf_constraints = crf_constraints
+        self.head_tag_scheme = head_tag_scheme
         self.initializer_range = initializer_range
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
         super().__init__(**kwargs)
         self._validate_baseline_settings()
+        validate_char_settings(self)
+        validate_head_tag_scheme(self)
+
+    @property
+    def word_representation_dim(self) -> int:
+        """Width of the word representations the encoder reads: `embedding_dim`, plus `char_hidden_size` with
+        character features."""
+        return word_representation_dim(self)
 
     def _validate_baseline_settings(self):
         if self.encoder_type not in BASELINE_ENCODER_TYPES:

@@ -43,7 +43,7 @@ class BiLSTMEncoder(nn.Module):
     def __init__(self, config: BaselineEncoderConfig):
         super().__init__()
         self.lstm = nn.LSTM(
-            config.embedding_dim,
+            config.word_representation_dim,
             config.hidden_size // 2,
             num_layers=config.num_layers,
             batch_first=True,
@@ -81,7 +81,7 @@ class CNNEncoder(nn.Module):
 
     def __init__(self, config: BaselineEncoderConfig):
         super().__init__()
-        widths = [config.embedding_dim] + [config.hidden_size] * config.num_layers
+        widths = [config.word_representation_dim] + [config.hidden_size] * config.num_layers
         self.convolutions = nn.ModuleList(
             nn.Conv1d(widths[i], widths[i + 1], config.kernel_size, padding=config.kernel_size // 2)
             for i in range(config.num_layers)
@@ -121,7 +121,7 @@ class TransformerBaselineEncoder(nn.Module):
     def __init__(self, config: BaselineEncoderConfig):
         super().__init__()
         self.hidden_size = config.hidden_size
-        self.input_projection = nn.Linear(config.embedding_dim, config.hidden_size)
+        self.input_projection = nn.Linear(config.word_representation_dim, config.hidden_size)
         self.position_embeddings = None
         if config.position_embedding_type == "learned":
             self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
@@ -166,6 +166,7 @@ class BaselinePreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = False
     # Benchmark models: `save_pretrained` copies no code (the package is imported to load them).
     _auto_class = None
+
     def _init_weights(self, module):
         # PyTorch's own initialisation of each module, written with the guarded `init` functions so that loading a
         # checkpoint never overwrites loaded weights.
@@ -221,6 +222,7 @@ class BaselineModel(BaselinePreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        char_ids: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
@@ -228,7 +230,8 @@ class BaselineModel(BaselinePreTrainedModel):
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, seq)`), attention_mask (`(batch, seq)`, *optional*),
-            inputs_embeds (`(batch, seq, embedding_dim)`, *optional*), return_dict: as for [`SLSTMModel`].
+            inputs_embeds (`(batch, seq, embedding_dim)`, *optional*), char_ids (`(batch, seq, max_word_length)`,
+            *optional*), return_dict: as for [`SLSTMModel`].
             output_hidden_states (`bool`, *optional*): also return `(embeddings, outputs)` (the stock modules do
                 not expose their inner layers).
 
@@ -239,7 +242,7 @@ class BaselineModel(BaselinePreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        embeds = self.embeddings(input_ids, inputs_embeds)  # (batch, seq, embedding_dim), after dropout
+        embeds = self.embeddings(input_ids, inputs_embeds, char_ids)  # (batch, seq, word_representation_dim)
         batch, seq, _ = embeds.shape
         if attention_mask is not None and attention_mask.shape != (batch, seq):
             raise ValueError(

@@ -3,6 +3,8 @@
 from transformers import PreTrainedConfig
 
 GATE_NORMALIZATIONS = ("sigmoid_softmax", "softmax")
+CHAR_PAD_ID = 0
+"""The id of padding in `char_ids` (a character vocabulary's first entry): a zero, untrained embedding row."""
 CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
 # Written into every saved config, so that any S-LSTM checkpoint loads with trust_remote_code through every Auto
 # class, not only through the one of the class that saved it (which is all `save_pretrained` records by itself).
@@ -14,6 +16,42 @@ AUTO_MAP = {
 }
 
 
+def word_representation_dim(config: PreTrainedConfig) -> int:
+    """`config.embedding_dim`, plus `config.char_hidden_size` when `config.use_char_features`: the width of the
+    output of `SLSTMEmbeddings` (shared by every config that builds one)."""
+    return config.embedding_dim + (config.char_hidden_size if config.use_char_features else 0)
+
+
+def validate_char_settings(config: PreTrainedConfig) -> None:
+    """Checks the character-feature fields of a config that builds `SLSTMEmbeddings`, with messages that name the
+    config class and field."""
+    name = type(config).__name__
+    if type(config.use_char_features) is not bool:
+        raise ValueError(f"{name}.use_char_features must be a bool, got {config.use_char_features!r}")
+    minimums = {"char_vocab_size": 2, "char_embedding_dim": 1, "char_hidden_size": 1, "char_kernel_size": 1}
+    for field, minimum in minimums.items():
+        value = getattr(config, field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"{name}.{field} must be an integer >= {minimum}, got {value!r}")
+    if config.char_kernel_size % 2 == 0:
+        # An even window has no centre: with `padding=k // 2` its outputs would not line up with the characters.
+        raise ValueError(f"{name}.char_kernel_size must be odd, got {config.char_kernel_size}")
+    if not 0.0 <= config.char_dropout < 1.0:
+        raise ValueError(f"{name}.char_dropout must be in [0, 1), got {config.char_dropout!r}")
+
+
+HEAD_TAG_SCHEMES = (None, "BIOES")
+
+
+def validate_head_tag_scheme(config: PreTrainedConfig) -> None:
+    """Checks `head_tag_scheme` of a config that builds a token classifier, naming the config class."""
+    if config.head_tag_scheme not in HEAD_TAG_SCHEMES:
+        raise ValueError(
+            f"{type(config).__name__}.head_tag_scheme must be None (the head scores id2label's labels) or 'BIOES', "
+            f"got {config.head_tag_scheme!r}"
+        )
+
+
 class SLSTMConfig(PreTrainedConfig):
     r"""
     Configuration of an S-LSTM encoder and its task heads. Defaults follow the paper's NER/classification
@@ -23,11 +61,12 @@ class SLSTMConfig(PreTrainedConfig):
         vocab_size (`int`, *optional*, defaults to 30000):
             Number of rows of the word embedding matrix.
         embedding_dim (`int`, *optional*, defaults to 300):
-            Width of the word representation `x_i`.
+            Width of the word embedding (of `inputs_embeds`, and of pretrained vectors copied into it). The word
+            representation `x_i` is this embedding, followed by the character features when `use_char_features`.
         hidden_size (`int`, *optional*, defaults to 300):
             Width `H` of every word state `h_i`, sentence state `g` and cell. May differ from `embedding_dim`: the
-            input term `U x_i` maps `embedding_dim` to the gates of width `H`, so it is itself the input projection
-            and no extra layer is added in front of it.
+            input term `U x_i` maps `x_i` (of width `word_representation_dim`) to the gates of width `H`, so it is
+            itself the input projection and no extra layer is added in front of it.
         num_steps (`int`, *optional*, defaults to 9):
             Number of recurrent state transitions `T` (paper: 9 for classification and NER, 7 for POS).
         window_size (`int`, *optional*, defaults to 1):
@@ -44,7 +83,22 @@ class SLSTMConfig(PreTrainedConfig):
         remove_output_gate (`bool`, *optional*, defaults to `False`):
             "LSTM - output gate" simplification of Levy et al. (2018): `h = tanh(c)` for word and sentence nodes.
         embedding_dropout (`float`, *optional*, defaults to 0.5):
-            Dropout on the word representations `x_i` (the paper's only dropout).
+            Dropout on the word representations `x_i` (the paper's only dropout), character features included.
+        use_char_features (`bool`, *optional*, defaults to `False`):
+            Append character-level features of every word to its embedding (a character CNN, see
+            `SLSTMCharCNN` in `modeling_slstm.py`): the models then need the `char_ids` that [`SLSTMTokenizer`]
+            returns. They give out-of-vocabulary words a representation of their own, and give casing back to a
+            model whose word vectors are lower-cased.
+        char_vocab_size (`int`, *optional*, defaults to 100):
+            Rows of the character embedding: the tokenizer's `char_vocab_size` (0 = padding, 1 = unknown character).
+        char_embedding_dim (`int`, *optional*, defaults to 30):
+            Width of the character embeddings (Ma & Hovy, 2016: 30).
+        char_hidden_size (`int`, *optional*, defaults to 30):
+            Number of convolution filters, the width of a word's character features (Ma & Hovy, 2016: 30).
+        char_kernel_size (`int`, *optional*, defaults to 3):
+            Width of the convolution window over characters (odd; Ma & Hovy, 2016: 3).
+        char_dropout (`float`, *optional*, defaults to 0.5):
+            Dropout on the character embeddings before the convolution (Ma & Hovy, 2016: 0.5).
         hidden_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the word and sentence states read by the next step.
         classifier_dropout (`float`, *optional*, defaults to 0.0):
@@ -58,6 +112,11 @@ class SLSTMConfig(PreTrainedConfig):
         crf_constraints (`bool`, *optional*, defaults to `True`):
             Forbid transitions that are invalid in the BIO/IOB2 or BIOES scheme of `id2label` (e.g. `O -> I-PER`).
             Has no effect when the labels follow neither scheme.
+        head_tag_scheme (`str`, *optional*, defaults to `None`):
+            `"BIOES"`: the token classifier trains and decodes in BIOES (the paper's NER setting: tags that mark
+            where an entity ends) while `id2label` holds IOB2 labels, which is what the model presents: its `logits`
+            score the IOB2 labels, so `pipeline("token-classification")` groups entities correctly. `None`: the head
+            scores `id2label`'s labels directly.
         initializer_range (`float`, *optional*, defaults to 0.1):
             Standard deviation of the normal initialisation of the word embeddings.
         pad_token_id (`int`, *optional*, defaults to 0), bos_token_id (`int`, *optional*, defaults to 2),
@@ -88,11 +147,18 @@ class SLSTMConfig(PreTrainedConfig):
         context_independent_content: bool = False,
         remove_output_gate: bool = False,
         embedding_dropout: float = 0.5,
+        use_char_features: bool = False,
+        char_vocab_size: int = 100,
+        char_embedding_dim: int = 30,
+        char_hidden_size: int = 30,
+        char_kernel_size: int = 3,
+        char_dropout: float = 0.5,
         hidden_dropout: float = 0.0,
         classifier_dropout: float = 0.0,
         classifier_pooling: str = "sentence",
         use_crf: bool = False,
         crf_constraints: bool = True,
+        head_tag_scheme: str | None = None,
         initializer_range: float = 0.1,
         pad_token_id: int = 0,
         bos_token_id: int = 2,
@@ -109,11 +175,18 @@ class SLSTMConfig(PreTrainedConfig):
         self.context_independent_content = context_independent_content
         self.remove_output_gate = remove_output_gate
         self.embedding_dropout = embedding_dropout
+        self.use_char_features = use_char_features
+        self.char_vocab_size = char_vocab_size
+        self.char_embedding_dim = char_embedding_dim
+        self.char_hidden_size = char_hidden_size
+        self.char_kernel_size = char_kernel_size
+        self.char_dropout = char_dropout
         self.hidden_dropout = hidden_dropout
         self.classifier_dropout = classifier_dropout
         self.classifier_pooling = classifier_pooling
         self.use_crf = use_crf
         self.crf_constraints = crf_constraints
+        self.head_tag_scheme = head_tag_scheme
         self.initializer_range = initializer_range
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
@@ -121,6 +194,14 @@ class SLSTMConfig(PreTrainedConfig):
         kwargs.setdefault("auto_map", dict(AUTO_MAP))
         super().__init__(**kwargs)
         self._validate_slstm_settings()
+        validate_char_settings(self)
+        validate_head_tag_scheme(self)
+
+    @property
+    def word_representation_dim(self) -> int:
+        """Width of the word representation `x_i` the recurrence reads: `embedding_dim`, plus `char_hidden_size`
+        with character features."""
+        return word_representation_dim(self)
 
     def _validate_slstm_settings(self):
         minimums = {
@@ -149,4 +230,10 @@ class SLSTMConfig(PreTrainedConfig):
             )
 
 
-__all__ = ["SLSTMConfig"]
+__all__ = [
+    "CHAR_PAD_ID",
+    "SLSTMConfig",
+    "validate_char_settings",
+    "validate_head_tag_scheme",
+    "word_representation_dim",
+]

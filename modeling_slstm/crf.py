@@ -2,29 +2,52 @@
 
 Hand-written rather than taken from pytorch-crf (``torchcrf.CRF``), which is unmaintained and lacks what the head
 needs: transition constraints for tagging schemes, masks that do not start with 1 or have holes (e.g. masked special
-or continuation sub-word tokens), a batched Viterbi backtrace (pytorch-crf backtracks each sentence in a Python loop)
-and max-marginals. Parameter names, their ``[from, to]`` indexing and the likelihood match
-``torchcrf.CRF(num_tags, batch_first=True)``, so its weights can be copied over as they are.
+or continuation sub-word tokens), max-marginals, and recursions that `torch.export` and ONNX can trace with a dynamic
+sequence length. Parameter names, their ``[from, to]`` indexing and the likelihood match
+``torchcrf.CRF(num_tags, batch_first=True)``, so its weights can be copied over as they are; what differs is the
+loss: `ConditionalRandomField.forward` returns the *negative* log-likelihood averaged over the batch by default
+(``reduction="mean"``), where ``torchcrf.CRF.forward`` returns the log-likelihood summed over the batch (its
+``reduction="sum"``); ``-crf(emissions, tags, mask, reduction="sum")`` equals ``torchcrf.CRF(...)(emissions, tags,
+mask)``. `ConditionalRandomField.log_likelihood` returns the per-sentence log-likelihood.
 
-Masked positions are dropped and the remaining positions of each sentence form the chain: sentences are
-left-compacted (a stable sort moves unmasked positions to the front), run through ordinary left-aligned recursions
-that loop over positions only, and results are scattered back to the original positions. All scores are computed in
-float32 with autocast disabled, whatever the dtype of the emissions (float64 stays float64).
+Masked positions are skipped: the chain of a sentence is its unmasked positions, in order. Each position has a
+``(num_tags, num_tags)`` score matrix (transition plus emission; the semiring identity at masked positions), and the
+forward and backward recursions multiply scores by these matrices in the log semiring (likelihood) or the max-plus
+semiring (Viterbi, max-marginals). Eager calls go position by position, the fastest on a CPU at sentence lengths. A
+traced graph (`torch.export`, ONNX, `torch.compile`) cannot loop over a symbolic length: there the positions form
+blocks of `_BLOCK_SIZE`, the (associative) products of the blocks' matrices are combined by a scan in log2(number of
+blocks) rounds, and each block then goes position by position from the scores at its edges; such a graph handles up
+to `MAX_TRACED_LENGTH` positions. The same functions serve both; only `_scan_plan` differs. The Viterbi backtrace is a
+composition of per-position maps, computed by pointer jumping. torch's ``scan`` higher-order op was the other
+candidate: it exports (strict mode only) and becomes an ONNX ``Scan``, but eager calls compile its body and a
+likelihood forward-backward took 150-240 ms instead of about 5. All scores are computed with autocast disabled in
+float32, whatever the dtype of the emissions (float64 stays float64); the likelihood's matrix products run in float64
+(see `_log_product`).
+
+`torch.export` traces it with or without ``strict``. Forward methods check shapes and dtypes only: checks that read
+values (0/1 masks, tags in range) are `validate_mask` and `ConditionalRandomField.validate_tags`, for the code where
+data enters, and run inside the forward methods only where that is free (see `_values_are_cheap_to_check`).
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from .tag_schemes import allowed_transitions as allowed_transitions_for_labels
 
-
 IGNORE_TAG = -100
 """Tag `ConditionalRandomField.decode` writes at masked positions; the ``ignore_index`` of ``nn.CrossEntropyLoss``."""
 
+MAX_TRACED_LENGTH = 4096
+"""Longest sequence a traced CRF (`torch.export`, ONNX, `torch.compile`) handles: a traced graph has a fixed number of
+scan rounds. `torch.export` records the bound (export with e.g. ``Dim("seq", max=MAX_TRACED_LENGTH)`` or
+``Dim.DYNAMIC``), and its programs refuse longer inputs; ONNX graphs do not check it, and may be wrong beyond it.
+Eager calls have no limit."""
+
 # Forbidden moves in the likelihood get this score rather than -inf, so that an invalid gold sequence costs a huge but
-# finite loss instead of inf/NaN; exp(-1e4) is 0 in float32, so valid sequences are unaffected.
+# finite loss instead of inf/NaN; exp(-1e4) is 0 in float32 and float64, so valid sequences are unaffected.
 _LIKELIHOOD_PENALTY = -1e4
 
 # Max-marginals of non-Viterbi tags that tie with the best path are pushed this far below 0, so that argmax picks the
@@ -32,146 +55,335 @@ _LIKELIHOOD_PENALTY = -1e4
 # the logits to half precision keeps the tie broken.
 _TIE_MARGIN = 2.0**-13
 
+# Positions per block in a traced graph (a power of two; see `_scan_plan`): each block goes position by position, the
+# blocks are combined by a scan. Of 8, 16 and 32, 16 ran max-marginals fastest in onnxruntime for 14 to 128 tokens.
+_BLOCK_SIZE = 16
+
 _REDUCTIONS = {"mean": torch.mean, "sum": torch.sum, "none": lambda nll: nll}
-
-
-def _trailing_view(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """View a ``(batch, seq)`` tensor with singleton trailing dims so that it broadcasts against ``like``."""
-    return tensor.view(*tensor.shape, *([1] * (like.dim() - tensor.dim())))
-
-
-def _left_compaction(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-sentence permutation moving the unmasked positions to the front, in order, and the compacted mask.
-
-    Returns:
-        ``order`` (batch, seq): original position of each compacted position; ``compact_mask`` (batch, seq): `True`
-        on the first ``mask.sum(1)`` positions.
-    """
-    # A stable sort of 0 (kept) before 1 (masked) keeps the kept positions in their original order.
-    order = torch.argsort((~mask).to(torch.uint8), dim=1, stable=True)  # (batch, seq)
-    lengths = mask.sum(dim=1)  # (batch,)
-    positions = torch.arange(mask.size(1), device=mask.device)  # (seq,)
-    return order, positions < lengths[:, None]
-
-
-def _gather_positions(values: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """Reorder the positions (dim 1) of ``values`` (batch, seq, ...) by ``order`` (batch, seq)."""
-    return values.gather(1, _trailing_view(order, values).expand_as(values))
-
-
-def _restore_positions(
-    values: torch.Tensor, order: torch.Tensor, compact_mask: torch.Tensor, fill: float
-) -> torch.Tensor:
-    """Inverse of the left compaction: ``values`` (batch, seq, ...) back at their original positions, ``fill`` at
-    masked ones."""
-    filled = values.masked_fill(~_trailing_view(compact_mask, values), fill)
-    # `order` is a permutation of each row, so the scatter writes every position.
-    return torch.empty_like(values).scatter(1, _trailing_view(order, values).expand_as(values), filled)
 
 
 def _autocast_disabled(emissions: torch.Tensor) -> torch.autocast:
     return torch.autocast(device_type=emissions.device.type, enabled=False)
 
 
+def _values_are_cheap_to_check(tensor: torch.Tensor) -> bool:
+    """Whether forward methods check the values of their inputs: only for eager CPU tensors.
+
+    Reading a value of a GPU tensor waits for the device to finish its queued work, and a traced graph
+    (`torch.compile`, `torch.export`, ONNX) cannot branch on values. Without the check, an out-of-range tag at an
+    unmasked position still fails (in the gather of its emission score) instead of giving a wrong loss, and a
+    non-0/1 integer mask counts as `True` wherever it is nonzero.
+    """
+    return tensor.device.type == "cpu" and not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+
+
+def validate_mask(mask: torch.Tensor) -> None:
+    """Raise a `ValueError` if an integer ``mask`` holds values other than 0 and 1 (bool masks always pass).
+
+    Reads the values: on a GPU this waits for the device, so call it where data enters (e.g. in a data collator).
+    """
+    if mask.dtype != torch.bool and not ((mask == 0) | (mask == 1)).all():
+        raise ValueError(f"an integer mask must hold only 0 and 1, got values {torch.unique(mask).tolist()}")
+
+
+def _max_plus_product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """Max-plus matrix product ``max_k left[..., i, k] + right[..., k, j]``: (..., m, k) x (..., k, n) -> (..., m, n)."""
+    return (left.unsqueeze(-1) + right.unsqueeze(-3)).amax(dim=-2)
+
+
+def _log_product(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """Log-semiring matrix product ``logsumexp_k left[..., i, k] + right[..., k, j]``: (..., m, k) x (..., k, n).
+
+    A matmul of exponentials, shifted by the row maxima of ``left`` and the column maxima of ``right``, so memory stays
+    (..., m, n) rather than (..., m, k, n). In float64 (float32 on MPS, which has no float64): a term underflows only if
+    it lies ~700 below both maxima, which only paths through forbidden moves do; in float32, allowed paths would be
+    lost for emissions of around 60. The shifts are constants for autograd: the result does not depend on them.
+    """
+    dtype = torch.float32 if left.device.type == "mps" else torch.float64
+    left_max = left.detach().amax(dim=-1, keepdim=True)  # (..., m, 1)
+    right_max = right.detach().amax(dim=-2, keepdim=True)  # (..., 1, n)
+    total = (left - left_max).to(dtype).exp() @ (right - right_max).to(dtype).exp()  # (..., m, n)
+    # The smallest normal rather than 0, whose log would give -inf and NaN gradients. A tensor, not a Python float:
+    # the ONNX exporter would round a float64 scalar through float32, to 0.
+    smallest = total.new_tensor(torch.finfo(dtype).tiny)
+    return total.clamp(min=smallest).log().to(left.dtype) + left_max + right_max
+
+
+class _Semiring(NamedTuple):
+    """How the scores of alternative paths combine: the best one (max-plus: Viterbi, max-marginals) or log-sum-exp
+    (log: likelihood)."""
+
+    zero: float
+    """Score of an impossible move: the off-diagonal of the identity matrix."""
+    reduce: Callable[..., torch.Tensor]
+    """Combines alternatives along ``dim``: `torch.amax` or `torch.logsumexp`."""
+    matrix_product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+    def vector_product(self, vector: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
+        """(..., L) x (..., L, L) -> (..., L): combined over the tag of ``vector``."""
+        return self.reduce(vector.unsqueeze(-1) + matrices, dim=-2)
+
+
+_MAX_PLUS = _Semiring(float("-inf"), torch.amax, _max_plus_product)
+_LOG = _Semiring(_LIKELIHOOD_PENALTY, torch.logsumexp, _log_product)
+
+
+class _ScanPlan(NamedTuple):
+    """How the positions of a chain are split into blocks, and the scan rounds over blocks and over positions."""
+
+    block_size: int
+    num_blocks: int | torch.SymInt
+    block_rounds: int
+    position_rounds: int
+
+
+def _scan_plan(length: int | torch.SymInt) -> _ScanPlan:
+    """The scan of a chain of ``length`` positions.
+
+    Eager calls use one block: the recursions then run position by position, which on a CPU is the fastest for
+    sentence lengths (a scan over blocks does ``num_tags`` times more work, in matrix products). A traced graph
+    (`torch.export`, ONNX, `torch.compile`) needs loops whose lengths do not depend on the sequence length: see
+    `_blocked_scan_plan`.
+    """
+    if isinstance(length, int) and not torch.compiler.is_compiling():
+        return _ScanPlan(length, 1, 0, (length - 1).bit_length())
+    return _blocked_scan_plan(length)
+
+
+def _blocked_scan_plan(length: int | torch.SymInt) -> _ScanPlan:
+    """Blocks of `_BLOCK_SIZE` positions, and scans with enough rounds for `MAX_TRACED_LENGTH` positions.
+
+    One more block than needed (of identity matrices): a symbolic size that may be 1 makes `torch.export` specialise
+    on it, and this block count is at least 2.
+    """
+    # No message argument: with one, strict `torch.export` fails (torch 2.13). Export reports the bound itself
+    # (e.g. "Suggested fixes: seq = Dim('seq', max=4096)"), and so does the exported program on a longer input.
+    torch._check(length <= MAX_TRACED_LENGTH)
+    # ceil(length / _BLOCK_SIZE) + 1 as a single floor division: sympy could not prove that the block count divides
+    # the padded length if it read `_BLOCK_SIZE * (q + 2)` as `_BLOCK_SIZE * q + 2 * _BLOCK_SIZE`.
+    num_blocks = (length + 2 * _BLOCK_SIZE - 1) // _BLOCK_SIZE
+    max_blocks = (MAX_TRACED_LENGTH + 2 * _BLOCK_SIZE - 1) // _BLOCK_SIZE
+    return _ScanPlan(_BLOCK_SIZE, num_blocks, (max_blocks - 1).bit_length(), (MAX_TRACED_LENGTH - 1).bit_length())
+
+
+# Slices of symbolic lengths are written as padding followed by `narrow`, so that the bounds hold by construction:
+# `torch.export` cannot prove e.g. `length <= 16 * ((length + 31) // 16)` and would fix the length. Padding and
+# `torch.where`, not `torch.cat`: inductor (torch 2.13) writes the inputs of a concatenation into its buffer and, with
+# dynamic shapes, then gets the strides of tensors saved for backward wrong.
+def _pad_positions(values: torch.Tensor, before: int | torch.SymInt, after: int | torch.SymInt) -> torch.Tensor:
+    """``values`` (batch, n, ...) with zeros (`False`) added before and after its positions (dim 1)."""
+    return nn.functional.pad(values, [0, 0] * (values.dim() - 2) + [before, after])
+
+
+def _is_position(values: torch.Tensor, position: int | torch.SymInt) -> torch.Tensor:
+    """Bool (n, 1, ...) that broadcasts against ``values`` (batch, n, ...): `True` at ``position`` of dim 1."""
+    positions = torch.arange(values.size(1), device=values.device) == position  # (n,)
+    return positions.view(-1, *([1] * (values.dim() - 2)))
+
+
+def _shift_in(first: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``values`` (batch, n, ...) moved one step along dim 1: ``first`` (batch, 1, ...) enters at 0, the last leaves."""
+    moved = _pad_positions(values, 1, 0).narrow(1, 0, values.size(1))
+    return torch.where(_is_position(values, 0), first, moved)
+
+
+def _shift_out(values: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """``values`` (batch, n, ...) moved one step back along dim 1: the first leaves, ``last`` (batch, 1, ...) enters."""
+    moved = _pad_positions(values, 0, 1).narrow(1, 1, values.size(1))
+    return torch.where(_is_position(values, values.size(1) - 1), last, moved)
+
+
+def _take_first(values: torch.Tensor, length: int | torch.SymInt) -> torch.Tensor:
+    """``values[:, :length]`` for ``length <= values.size(1)``."""
+    return _pad_positions(values, 0, length).narrow(1, 0, length)
+
+
+def _step_matrices(
+    emissions: torch.Tensor, mask: torch.Tensor, start: torch.Tensor, transitions: torch.Tensor, zero: float
+) -> torch.Tensor:
+    """Score matrices (batch, seq, L, L) of each position: entry ``[b, p, i, j]`` scores tag ``j`` at position ``p``
+    after tag ``i`` at the previous chain position.
+
+    That is ``transitions[i, j] + emissions[b, p, j]``; at the first chain position ``start[j] + emissions[b, p, j]``
+    in every row ``i``, so that row 0 of the identity starts the chain; the identity (``zero`` off the diagonal) at
+    masked positions, which the chain skips.
+    """
+    num_tags = emissions.size(-1)
+    first = mask & (mask.cumsum(dim=1) == 1)  # (batch, seq)
+    moves = torch.where(first[..., None, None], start.expand(num_tags, num_tags), transitions)  # (batch, seq, L, L)
+    return torch.where(mask[..., None, None], moves + emissions[:, :, None, :], _identity(num_tags, zero, emissions))
+
+
+def _identity(num_tags: int, zero: float, like: torch.Tensor) -> torch.Tensor:
+    """Identity (L, L) of a semiring whose impossible score is ``zero``, with the dtype and device of ``like``."""
+    eye = torch.eye(num_tags, dtype=torch.bool, device=like.device)
+    return torch.where(eye, 0.0, zero).to(like.dtype)
+
+
+def _blocks(steps: torch.Tensor, identity: torch.Tensor, plan: _ScanPlan) -> torch.Tensor:
+    """(batch, seq, L, L) -> (batch, num_blocks, block_size, L, L), padded with identity matrices at the end."""
+    if plan.num_blocks == 1:  # eager plans, whose one block is the sequence (see `_block_edges`)
+        return steps.unsqueeze(1)
+    padded_length = plan.num_blocks * plan.block_size
+    padding = identity.expand(steps.size(0), padded_length, *identity.shape)
+    padded = torch.cat([steps, padding], dim=1).narrow(1, 0, padded_length)
+    return padded.unflatten(1, (plan.num_blocks, plan.block_size))
+
+
+def _block_products(blocks: torch.Tensor, product: Callable) -> torch.Tensor:
+    """Product (batch, num_blocks, L, L) of each block's matrices (batch, num_blocks, block_size, L, L), by halving
+    (``block_size`` is a power of two)."""
+    while blocks.size(2) > 1:
+        blocks = product(blocks[:, :, 0::2], blocks[:, :, 1::2])
+    return blocks.squeeze(2)
+
+
+def _inclusive_scan(
+    matrices: torch.Tensor, identity: torch.Tensor, product: Callable, rounds: int, reverse: bool = False
+) -> torch.Tensor:
+    """Hillis-Steele scan of (batch, n, L, L) over dim 1: the product of entries ``0 .. j`` at ``j`` (``j .. n - 1``
+    with ``reverse``); ``rounds`` must be at least ``log2(n)``."""
+    size = matrices.size(1)
+    for round_index in range(rounds):
+        # After this round, entry j holds the product of 2 ** (round_index + 1) consecutive entries (fewer at an edge).
+        shift = 2**round_index
+        padding = identity.expand(matrices.size(0), shift, *identity.shape)
+        if reverse:
+            matrices = product(matrices, torch.cat([matrices, padding], dim=1).narrow(1, shift, size))
+        else:
+            matrices = product(torch.cat([padding, matrices], dim=1).narrow(1, 0, size), matrices)
+    return matrices
+
+
+def _block_edges(
+    blocks: torch.Tensor,
+    start: torch.Tensor,
+    end: torch.Tensor,
+    identity: torch.Tensor,
+    semiring: _Semiring,
+    rounds: int,
+    with_backward: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scores (batch, num_blocks, L) on entering each block (from ``start`` (batch, 1, L)) and, ``with_backward``, of
+    what follows it (up to ``end`` (L,)), by scans over the products of the blocks."""
+    batch, num_blocks = blocks.shape[:2]
+    final = end.expand(batch, 1, -1)  # (batch, 1, L)
+    # Statically known either way: eager plans have one block, traced plans at least two.
+    if num_blocks == 1:
+        return start, final if with_backward else None
+    totals = _block_products(blocks, semiring.matrix_product)  # (batch, num_blocks, L, L)
+    prefixes = _inclusive_scan(totals, identity, semiring.matrix_product, rounds)
+    entering = _shift_in(start, semiring.vector_product(start, prefixes))  # (batch, num_blocks, L)
+    if not with_backward:
+        return entering, None
+    suffixes = _inclusive_scan(totals, identity, semiring.matrix_product, rounds, reverse=True)
+    return entering, _shift_out(semiring.vector_product(end, suffixes.transpose(-1, -2)), final)
+
+
+def _chain_scores(
+    steps: torch.Tensor, end: torch.Tensor, semiring: _Semiring, plan: _ScanPlan, with_backward: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Forward and, ``with_backward``, backward scores (batch, seq, L) of the step matrices (batch, seq, L, L).
+
+    Returns:
+        ``forward[b, p, y]``: combined score (``semiring``) of the chain up to position ``p`` with tag ``y`` there,
+        its emission included; ``backward[b, p, y]``: of the rest of the chain after ``p`` given tag ``y`` at ``p``,
+        the end transition included. At masked positions, the scores of the chain position before (forward) or after
+        (backward).
+    """
+    batch, length, num_tags = steps.shape[:3]
+    identity = _identity(num_tags, semiring.zero, steps)
+    blocks = _blocks(steps, identity, plan)  # (batch, num_blocks, block_size, L, L)
+    start = identity[:1].expand(batch, 1, num_tags)  # row 0 starts the chain (see `_step_matrices`)
+    entering, leaving = _block_edges(blocks, start, end, identity, semiring, plan.block_rounds, with_backward)
+    # Inside the blocks, position by position, all blocks at once.
+    steps_in_block = blocks.unbind(dim=2)  # block_size x (batch, num_blocks, L, L)
+    forward, score = [], entering
+    for step in steps_in_block:
+        score = semiring.vector_product(score, step)
+        forward.append(score)
+    forward = _take_first(torch.stack(forward, dim=2).flatten(1, 2), length)
+    if not with_backward:
+        return forward, None
+    backward, score = [], leaving
+    for step in reversed(steps_in_block):
+        backward.append(score)
+        score = semiring.vector_product(score, step.transpose(-1, -2))
+    return forward, _take_first(torch.stack(backward[::-1], dim=2).flatten(1, 2), length)
+
+
+def _first_argmax_step(scores: torch.Tensor, transitions: torch.Tensor) -> torch.Tensor:
+    """``argmax_i scores[..., i] + transitions[i, j]`` (..., L), the lowest ``i`` on ties, for ``scores`` (..., L).
+
+    A loop over ``i``: `torch.argmax` over so few entries is several times slower on a CPU.
+    """
+    best = scores[..., :1] + transitions[0]  # (..., L)
+    best_tags = torch.zeros_like(best, dtype=torch.long)
+    for tag in range(1, transitions.size(0)):
+        candidate = scores[..., tag : tag + 1] + transitions[tag]
+        better = candidate > best
+        best = torch.where(better, candidate, best)
+        best_tags = best_tags.masked_fill(better, tag)
+    return best_tags
+
+
+def _best_paths(
+    forward: torch.Tensor, end: torch.Tensor, transitions: torch.Tensor, mask: torch.Tensor, rounds: int
+) -> torch.Tensor:
+    """Viterbi paths (batch, seq) from the forward max scores (batch, seq, L): the best tag sequence at chain positions,
+    and at masked positions the tag of the next chain position (of the last one after the chain).
+
+    The backtrace ``tag[p - 1] = previous[p][tag[p]]`` is a composition of maps, computed by pointer jumping in
+    ``rounds`` >= log2(seq) steps. Ties go to the lowest tag, as in a sequential backtrace.
+    """
+    batch, length, num_tags = forward.shape
+    tags = torch.arange(num_tags, device=forward.device).expand(batch, 1, num_tags)  # (batch, 1, L)
+    # Best previous tag of each tag at p, from the forward scores at p - 1 (meaningless at p = 0, which has none).
+    before = _shift_in(forward.new_zeros(batch, 1, num_tags), forward)  # (batch, seq, L)
+    previous = _first_argmax_step(before, transitions)  # (batch, seq, L)
+    # maps[p]: tag at p given the tag at p + 1 (given the last tag at the end).
+    maps = _shift_out(torch.where(mask[..., None], previous, tags), tags)  # (batch, seq, L)
+    for round_index in range(rounds):
+        shift = 2**round_index
+        later = torch.cat([maps, tags.expand(batch, shift, num_tags)], dim=1).narrow(1, shift, length)
+        maps = maps.gather(2, later)  # maps[p] o maps[p + shift]
+    last_tags = (forward[:, -1] + end).argmax(dim=-1)  # (batch,)
+    return maps.gather(2, last_tags[:, None, None].expand(batch, length, 1)).squeeze(2)
+
+
+def _left_compacted(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The values (batch, seq) at unmasked positions moved to the front of each row, in order, and the mask (batch,
+    seq) of the filled front positions."""
+    chain_positions = mask.cumsum(dim=1) - 1  # (batch, seq): index of each unmasked position in its chain
+    lengths = chain_positions[:, -1:] + 1  # (batch, 1)
+    # Masked positions go after the chain, in order: each row is a permutation, so the scatter writes every position.
+    destinations = torch.where(mask, chain_positions, lengths + (~mask).cumsum(dim=1) - 1)
+    compacted = torch.empty_like(values).scatter(1, destinations, values)
+    return compacted, torch.arange(values.size(1), device=values.device) < lengths
+
+
 def _gold_score(
     emissions: torch.Tensor,
     tags: torch.Tensor,
-    compact_mask: torch.Tensor,
+    mask: torch.Tensor,
     start: torch.Tensor,
     end: torch.Tensor,
     transitions: torch.Tensor,
 ) -> torch.Tensor:
-    """Score (batch,) of the given tag sequences of left-aligned chains; tags past a chain's end must be valid ids."""
+    """Score (batch,) of the given tag sequences over their chains; tags at masked positions are ignored."""
+    tags = tags.masked_fill(~mask, 0)
+    # Fails on an out-of-range tag at an unmasked position (CPU: IndexError; CUDA: device-side assert).
     emission_scores = emissions.gather(2, tags[..., None]).squeeze(2)  # (batch, seq)
-    transition_scores = transitions[tags[:, :-1], tags[:, 1:]]  # (batch, seq - 1)
-    last_positions = (compact_mask.sum(dim=1) - 1).clamp(min=0)  # (batch,)
-    last_tags = tags.gather(1, last_positions[:, None]).squeeze(1)  # (batch,)
+    chain_tags, chain_mask = _left_compacted(tags, mask)  # (batch, seq)
+    previous_tags = _shift_in(chain_tags[:, :1], chain_tags)  # (batch, seq)
+    has_previous = chain_mask & _shift_in(torch.zeros_like(chain_mask[:, :1]), chain_mask)
+    last_tags = chain_tags.gather(1, (chain_mask.sum(dim=1, keepdim=True) - 1).clamp(min=0)).squeeze(1)  # (batch,)
     return (
-        start[tags[:, 0]]
-        + torch.where(compact_mask, emission_scores, 0.0).sum(dim=1)
-        + torch.where(compact_mask[:, 1:], transition_scores, 0.0).sum(dim=1)
+        start[chain_tags[:, 0]]
+        + torch.where(mask, emission_scores, 0.0).sum(dim=1)
+        + torch.where(has_previous, transitions[previous_tags, chain_tags], 0.0).sum(dim=1)
         + end[last_tags]
     )
-
-
-def _log_partition(
-    emissions: torch.Tensor,
-    compact_mask: torch.Tensor,
-    start: torch.Tensor,
-    end: torch.Tensor,
-    transitions: torch.Tensor,
-) -> torch.Tensor:
-    """Log-sum-exp (batch,) of the scores of all tag sequences of left-aligned chains (forward algorithm)."""
-    log_alpha = start + emissions[:, 0]  # (batch, num_tags)
-    for position in range(1, emissions.size(1)):
-        # (batch, from, to) -> (batch, to)
-        step = torch.logsumexp(log_alpha[:, :, None] + transitions, dim=1) + emissions[:, position]
-        # Past its end a chain keeps its final scores.
-        log_alpha = torch.where(compact_mask[:, position, None], step, log_alpha)
-    return torch.logsumexp(log_alpha + end, dim=1)
-
-
-def _max_forward(
-    emissions: torch.Tensor, compact_mask: torch.Tensor, start: torch.Tensor, transitions: torch.Tensor
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Max-product forward pass over left-aligned chains.
-
-    Returns:
-        ``scores`` (batch, seq, num_tags): best score of a path prefix ending in each tag at each position (emission
-        included; past a chain's end, its final scores); ``backpointers``: for each position ``p >= 1``, the best
-        previous tag (batch, num_tags) of each tag at ``p``.
-    """
-    score = start + emissions[:, 0]  # (batch, num_tags)
-    scores, backpointers = [score], []
-    for position in range(1, emissions.size(1)):
-        # (batch, from, to) -> (batch, to)
-        best, previous = (score[:, :, None] + transitions).max(dim=1)
-        score = torch.where(compact_mask[:, position, None], best + emissions[:, position], score)
-        scores.append(score)
-        backpointers.append(previous)
-    return torch.stack(scores, dim=1), backpointers
-
-
-def _max_backward(
-    emissions: torch.Tensor, compact_mask: torch.Tensor, end: torch.Tensor, transitions: torch.Tensor
-) -> torch.Tensor:
-    """Max-product backward pass: (batch, seq, num_tags) best score of the path suffix after each position given its
-    tag (end transition included, the position's own emission excluded), over left-aligned chains."""
-    score = end.expand(emissions.size(0), -1)  # (batch, num_tags)
-    scores = [score]
-    for position in range(emissions.size(1) - 2, -1, -1):
-        # (batch, from, to) -> (batch, from)
-        step = (transitions + (emissions[:, position + 1] + score)[:, None, :]).amax(dim=2)
-        # At a chain's last position (and past it) only the end transition follows.
-        score = torch.where(compact_mask[:, position + 1, None], step, end)
-        scores.append(score)
-    return torch.stack(scores[::-1], dim=1)
-
-
-def _backtrack(backpointers: list[torch.Tensor], last_tags: torch.Tensor, compact_mask: torch.Tensor) -> torch.Tensor:
-    """Best paths (batch, seq) of left-aligned chains from their best last tags (batch,), all sentences at once."""
-    tag = last_tags  # (batch,)
-    reversed_path = [tag]
-    for position in range(len(backpointers), 0, -1):
-        previous = backpointers[position - 1].gather(1, tag[:, None]).squeeze(1)  # (batch,)
-        # Chains that end before `position` have not started backtracking: they keep their last tag.
-        tag = torch.where(compact_mask[:, position], previous, tag)
-        reversed_path.append(tag)
-    return torch.stack(reversed_path[::-1], dim=1)
-
-
-def _viterbi(
-    emissions: torch.Tensor,
-    compact_mask: torch.Tensor,
-    start: torch.Tensor,
-    end: torch.Tensor,
-    transitions: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Viterbi over left-aligned chains: best paths (batch, seq), forward max scores (batch, seq, num_tags) and best
-    path scores (batch,)."""
-    scores, backpointers = _max_forward(emissions, compact_mask, start, transitions)
-    best_score, last_tags = (scores[:, -1] + end).max(dim=1)  # (batch,)
-    return _backtrack(backpointers, last_tags, compact_mask), scores, best_score
 
 
 def _favour_path(max_marginals: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
@@ -292,10 +504,31 @@ class ConditionalRandomField(nn.Module):
             self.transitions.to(dtype).masked_fill(~self.transition_allowed, forbidden_score),
         )
 
+    def validate_tags(self, tags: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Raise a `ValueError` if ``tags`` at unmasked positions are outside ``[0, num_tags)``, or (see
+        `validate_mask`) if an integer ``mask`` holds values other than 0 and 1.
+
+        Reads the values: on a GPU this waits for the device, so call it where data enters (e.g. in a data collator).
+        The forward methods run it themselves only on eager CPU tensors.
+
+        Args:
+            tags (`torch.LongTensor` of shape `(batch, seq)`): tag ids; any value at masked positions.
+            mask (`torch.Tensor` of shape `(batch, seq)`, *optional*): bool or 0/1 integers; defaults to all positions.
+        """
+        if mask is not None:
+            validate_mask(mask)
+        out_of_range = (tags < 0) | (tags >= self.num_tags)  # (batch, seq)
+        if mask is not None:
+            out_of_range &= mask.bool()
+        if out_of_range.any():
+            bad_values = torch.unique(tags[out_of_range]).tolist()
+            raise ValueError(f"tags at unmasked positions must be in [0, {self.num_tags}), got {bad_values[:5]}")
+
     def _validated(
         self, emissions: torch.Tensor, mask: torch.Tensor | None, tags: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Check the inputs; return the mask as bool (all `True` if `None`) and the tags as long."""
+        """Check the shapes and dtypes of the inputs (and their values where `_values_are_cheap_to_check`); return
+        the mask as bool (all `True` if `None`) and the tags as long."""
         if not isinstance(emissions, torch.Tensor) or emissions.dim() != 3:
             shape = tuple(emissions.shape) if isinstance(emissions, torch.Tensor) else type(emissions).__name__
             raise ValueError(f"emissions must be a 3-D tensor (batch, seq, num_tags), got {shape}")
@@ -308,40 +541,36 @@ class ConditionalRandomField(nn.Module):
         if not emissions.is_floating_point():
             raise ValueError(f"emissions must be a floating-point tensor, got dtype {emissions.dtype}")
         batch_shape = tuple(emissions.shape[:2])
-        mask = self._validated_mask(mask, batch_shape, emissions.device)
+        if mask is not None:
+            self._check_mask_type(mask, batch_shape)
         if tags is not None:
-            tags = self._validated_tags(tags, mask, batch_shape)
-        return mask, tags
+            self._check_tags_type(tags, batch_shape)
+        if _values_are_cheap_to_check(emissions):
+            if tags is not None:
+                self.validate_tags(tags, mask)
+            elif mask is not None:
+                validate_mask(mask)
+        if mask is None:
+            mask = torch.ones(batch_shape, dtype=torch.bool, device=emissions.device)
+        return mask.bool(), None if tags is None else tags.long()
 
     @staticmethod
-    def _validated_mask(mask: torch.Tensor | None, batch_shape: tuple, device: torch.device) -> torch.Tensor:
-        if mask is None:
-            return torch.ones(batch_shape, dtype=torch.bool, device=device)
+    def _check_mask_type(mask: torch.Tensor, batch_shape: tuple) -> None:
         if tuple(mask.shape) != batch_shape:
             raise ValueError(
                 f"mask must have the first two dimensions of emissions {batch_shape}, got {tuple(mask.shape)}"
             )
-        if mask.dtype == torch.bool:
-            return mask
         if mask.is_floating_point() or mask.is_complex():
             raise ValueError(f"mask must be a bool or 0/1 integer tensor, got dtype {mask.dtype}")
-        if not ((mask == 0) | (mask == 1)).all():
-            raise ValueError(f"an integer mask must hold only 0 and 1, got values {torch.unique(mask).tolist()}")
-        return mask.bool()
 
-    def _validated_tags(self, tags: torch.Tensor, mask: torch.Tensor, batch_shape: tuple) -> torch.Tensor:
+    @staticmethod
+    def _check_tags_type(tags: torch.Tensor, batch_shape: tuple) -> None:
         if tuple(tags.shape) != batch_shape:
             raise ValueError(
                 f"tags must have the first two dimensions of emissions {batch_shape}, got {tuple(tags.shape)}"
             )
         if tags.is_floating_point() or tags.is_complex() or tags.dtype == torch.bool:
             raise ValueError(f"tags must be an integer tensor, got dtype {tags.dtype}")
-        tags = tags.long()
-        out_of_range = mask & ((tags < 0) | (tags >= self.num_tags))  # (batch, seq)
-        if out_of_range.any():
-            bad_values = torch.unique(tags[out_of_range]).tolist()
-            raise ValueError(f"tags at unmasked positions must be in [0, {self.num_tags}), got {bad_values[:5]}")
-        return tags
 
     def log_likelihood(
         self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor | None = None
@@ -351,6 +580,7 @@ class ConditionalRandomField(nn.Module):
         Args:
             emissions (`torch.Tensor` of shape `(batch, seq, num_tags)`): tag scores of each position, any float dtype.
             tags (`torch.LongTensor` of shape `(batch, seq)`): gold tag ids; ignored at masked positions (may be -100).
+                At unmasked positions they must be in ``[0, num_tags)`` (see `validate_tags`).
             mask (`torch.BoolTensor` of shape `(batch, seq)`, *optional*): positions that belong to the chain; need not
                 start with `True` and may have holes. 0/1 integer masks are accepted. Defaults to all positions.
 
@@ -360,15 +590,15 @@ class ConditionalRandomField(nn.Module):
         """
         mask, tags = self._validated(emissions, mask, tags)
         with _autocast_disabled(emissions):
-            order, compact_mask = _left_compaction(mask)
             dtype = self._compute_dtype(emissions)
-            emissions = _gather_positions(emissions.to(dtype), order)  # (batch, seq, num_tags)
-            tags = _gather_positions(tags.masked_fill(~mask, 0), order)  # (batch, seq)
+            emissions = emissions.to(dtype)
             start, end, transitions = self._scores(_LIKELIHOOD_PENALTY, dtype)
-            gold = _gold_score(emissions, tags, compact_mask, start, end, transitions)  # (batch,)
-            log_partition = _log_partition(emissions, compact_mask, start, end, transitions)  # (batch,)
+            gold = _gold_score(emissions, tags, mask, start, end, transitions)  # (batch,)
+            steps = _step_matrices(emissions, mask, start, transitions, _LOG.zero)  # (batch, seq, L, L)
+            forward, _ = _chain_scores(steps, end, _LOG, _scan_plan(emissions.size(1)), with_backward=False)
+            log_partition = torch.logsumexp(forward[:, -1] + end, dim=-1)  # (batch,)
             # An empty chain has a single, empty tag sequence: probability 1.
-            return (gold - log_partition).masked_fill(~compact_mask[:, 0], 0.0)
+            return (gold - log_partition).masked_fill(~mask.any(dim=1), 0.0)
 
     def forward(
         self,
@@ -379,6 +609,9 @@ class ConditionalRandomField(nn.Module):
     ) -> torch.Tensor:
         """Negative log-likelihood of the gold tags; arguments as in `log_likelihood`.
 
+        Unlike ``torchcrf.CRF.forward``, which returns the log-likelihood summed over the batch, this is a loss: the
+        *negative* log-likelihood, averaged over the batch by default.
+
         Args:
             reduction (`str`, *optional*, defaults to `"mean"`): `"mean"` over the batch (sentences without unmasked
                 positions count as 0), `"sum"`, or `"none"` for a `(batch,)` tensor.
@@ -387,8 +620,21 @@ class ConditionalRandomField(nn.Module):
             raise ValueError(f"reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
         return _REDUCTIONS[reduction](-self.log_likelihood(emissions, tags, mask))
 
+    def _viterbi(
+        self, emissions: torch.Tensor, mask: torch.Tensor, with_backward: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Best paths (batch, seq) (see `_best_paths`), forward and, ``with_backward``, backward max scores (batch,
+        seq, L) (see `_chain_scores`) and best path scores (batch,) of ``emissions`` in the compute dtype."""
+        start, end, transitions = self._scores(_MAX_PLUS.zero, emissions.dtype)
+        steps = _step_matrices(emissions, mask, start, transitions, _MAX_PLUS.zero)  # (batch, seq, L, L)
+        plan = _scan_plan(emissions.size(1))
+        forward, backward = _chain_scores(steps, end, _MAX_PLUS, plan, with_backward)
+        path = _best_paths(forward, end, transitions, mask, plan.position_rounds)  # (batch, seq)
+        best_score = (forward[:, -1] + end).amax(dim=-1)  # (batch,)
+        return path, forward, backward, best_score
+
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Best tag sequence of each sentence over its unmasked positions (batched Viterbi).
+        """Best tag sequence of each sentence over its unmasked positions (Viterbi).
 
         Args:
             emissions (`torch.Tensor` of shape `(batch, seq, num_tags)`): tag scores of each position, any float dtype.
@@ -399,11 +645,8 @@ class ConditionalRandomField(nn.Module):
         """
         mask, _ = self._validated(emissions, mask)
         with _autocast_disabled(emissions):
-            order, compact_mask = _left_compaction(mask)
-            dtype = self._compute_dtype(emissions)
-            emissions = _gather_positions(emissions.to(dtype), order)  # (batch, seq, num_tags)
-            path, _, _ = _viterbi(emissions, compact_mask, *self._scores(float("-inf"), dtype))  # (batch, seq)
-            return _restore_positions(path, order, compact_mask, IGNORE_TAG)
+            path, _, _, _ = self._viterbi(emissions.to(self._compute_dtype(emissions)), mask, with_backward=False)
+            return torch.where(mask, path, IGNORE_TAG)
 
     def max_marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Max-marginal of each tag at each position, relative to the best path (max-product forward-backward).
@@ -423,12 +666,8 @@ class ConditionalRandomField(nn.Module):
         """
         mask, _ = self._validated(emissions, mask)
         with _autocast_disabled(emissions):
-            order, compact_mask = _left_compaction(mask)
             dtype = self._compute_dtype(emissions)
-            emissions = _gather_positions(emissions.to(dtype), order)  # (batch, seq, num_tags)
-            start, end, transitions = self._scores(float("-inf"), dtype)
-            path, forward_scores, best_score = _viterbi(emissions, compact_mask, start, end, transitions)
-            backward_scores = _max_backward(emissions, compact_mask, end, transitions)  # (batch, seq, num_tags)
-            max_marginals = forward_scores + backward_scores - best_score[:, None, None]
+            path, forward, backward, best_score = self._viterbi(emissions.to(dtype), mask, with_backward=True)
+            max_marginals = forward + backward - best_score[:, None, None]  # (batch, seq, num_tags)
             max_marginals = _favour_path(max_marginals, path).clamp(min=torch.finfo(dtype).min)
-            return _restore_positions(max_marginals, order, compact_mask, 0.0)
+            return torch.where(mask[..., None], max_marginals, 0.0)

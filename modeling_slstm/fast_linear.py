@@ -1,4 +1,5 @@
-"""`SLSTMLinear`: the `nn.Linear` of every S-LSTM layer, with the CPU matmul path chosen for the machine it runs on.
+"""`SLSTMLinear`: the `nn.Linear` of every S-LSTM layer, with the CPU matmul path chosen for the machine it runs on;
+`SLSTMConv1d`: the character CNN's `nn.Conv1d`, kept out of slow CPU bf16 likewise.
 
 Hand-written because no library does this per machine: PyTorch sends float32 `F.linear` on the CPU to MKL, which
 on AMD CPUs with AVX-512 runs at about half of oneDNN's speed for the same product, while on AMD CPUs with AVX2 only
@@ -24,7 +25,6 @@ from functools import cache
 
 import torch
 from torch import nn
-
 
 logger = logging.getLogger(__name__)
 
@@ -96,18 +96,18 @@ _backend_override: str | None = None
 
 def set_matmul_backend(backend: str | None) -> None:
     """Override the float32 CPU matmul backend for this process: "onednn", "default" (PyTorch's, MKL), "auto" (the
-    per-machine rule) or `None` (back to the `SLSTM_MATMUL_BACKEND` environment variable, itself "auto" if unset)."""
+    per-machine rule) or `None` (back to the `SLSTM_MATMUL_BACKEND` environment variable, itself "auto" if unset).
+
+    Models already compiled with `torch.compile` keep the backend they were traced with (see `selected_backend`)."""
     global _backend_override
     if backend is not None and backend not in MATMUL_BACKENDS:
         raise ValueError(f"matmul backend must be one of {MATMUL_BACKENDS} or None, got {backend!r}")
     _backend_override = backend
-    selected_backend.cache_clear()
+    _decide_backend.cache_clear()
 
 
 @cache
-def selected_backend() -> str:
-    """The float32 CPU matmul backend in use: "onednn" or "default". Decided once per process (logged at debug
-    level) from `set_matmul_backend`, else the `SLSTM_MATMUL_BACKEND` environment variable, else the CPU rule."""
+def _decide_backend() -> str:
     requested = _backend_override or os.environ.get(MATMUL_BACKEND_ENV, "auto")
     if requested not in MATMUL_BACKENDS:
         raise ValueError(f"{MATMUL_BACKEND_ENV} must be one of {MATMUL_BACKENDS}, got {requested!r}")
@@ -122,10 +122,25 @@ def selected_backend() -> str:
     return backend
 
 
-@cache
+# `assume_constant_result`: `torch.compile` calls these once while tracing and bakes the answer into the graph.
+# Traced through, they would break the graph (dynamo cannot trace the CPU queries), and an `unfold` view crossing such
+# a break gets wrong gradients from AOTAutograd (torch 2.13).
+@torch.compiler.assume_constant_result
+def selected_backend() -> str:
+    """The float32 CPU matmul backend in use: "onednn" or "default". Decided once per process (logged at debug
+    level) from `set_matmul_backend`, else the `SLSTM_MATMUL_BACKEND` environment variable, else the CPU rule."""
+    return _decide_backend()
+
+
+@torch.compiler.assume_constant_result
 def cpu_has_fast_bf16() -> bool:
     """Whether CPU bf16 matmuls have a fast oneDNN path on this machine (the check PyTorch itself uses: AVX-512
     BW/VL/DQ or ARM bf16). Without one, bf16 autocast was measured 18-20x slower than float32."""
+    return _cpu_has_fast_bf16()
+
+
+@cache
+def _cpu_has_fast_bf16() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
@@ -174,3 +189,21 @@ class SLSTMLinear(nn.Linear):
         flat = inputs.reshape(-1, inputs.shape[-1])  # (rows, in_features)
         output = _onednn_matmul(flat, weight).view(*inputs.shape[:-1], weight.shape[0])
         return output if bias is None else output + bias
+
+
+class SLSTMConv1d(nn.Conv1d):
+    r"""
+    `nn.Conv1d` (of the character CNN) that, like [`SLSTMLinear`], keeps float32 under CPU bf16 autocast where the
+    CPU has no fast bf16 path (warned once); everywhere else a plain `nn.Conv1d`.
+
+    Args:
+        as `nn.Conv1d`.
+    """
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """`(batch, in_channels, length)` -> `(batch, out_channels, length')`."""
+        if _bf16_autocast_without_fast_path(inputs):
+            _warn_float32_under_bf16_autocast()
+            with torch.autocast("cpu", enabled=False):
+                return super().forward(inputs.float())
+        return super().forward(inputs)

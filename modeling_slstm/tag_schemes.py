@@ -19,7 +19,6 @@ training scripts.
 
 from collections.abc import Iterable, Sequence
 
-
 SCHEMES = ("IOB1", "IOB2", "BIOES")
 
 _SCHEME_ALIASES = {"IOB1": "IOB1", "IOB2": "IOB2", "BIO": "IOB2", "BIOES": "BIOES", "IOBES": "BIOES"}
@@ -245,3 +244,39 @@ def allowed_transitions(labels: Sequence[str]) -> tuple[list[bool], list[bool], 
     end_allowed = [_can_end(prefix, scheme) for prefix, _ in parsed]
     transition_allowed = [[_can_follow(previous, current, scheme) for current in parsed] for previous in parsed]
     return start_allowed, end_allowed, transition_allowed
+
+
+class BIOESLabelMap:
+    """How a head that trains and decodes in BIOES presents itself in the IOB2 labels it was given.
+
+    Every BIOES tag belongs to one IOB2 label (``B-X`` and ``S-X`` to ``B-X``; ``I-X`` and ``E-X`` to ``I-X``; ``O`` to
+    ``O``), so an IOB2 label's score is the best (max-marginal) or total (probability) score of its at most two BIOES
+    tags, and an IOB2 gold sequence has exactly one BIOES form: ``B-X``/``I-X`` stay when the next labelled token is
+    ``I-X``, else become ``S-X``/``E-X``.
+
+    Args:
+        labels (`Sequence[str]`): the IOB2 labels by id (``config.id2label``), every type with ``B-`` and ``I-``.
+
+    Attributes:
+        tags (`list[str]`): the BIOES tags by id: the IOB2 labels in their order, then ``E-X`` and ``S-X`` per type.
+        sources (`tuple[list[int], list[int]]`): for each IOB2 label, its two BIOES tag ids (the same id twice for
+            ``O``).
+        inside (`list[int]`): for each IOB2 label, the id of ``I-X`` of its type, or -1 for ``O``.
+        kept, closed (`list[int]`): for each IOB2 label, its BIOES tag id when the entity continues after it
+            (``B-X``, ``I-X``) and when it ends there (``S-X``, ``E-X``).
+    """
+
+    def __init__(self, labels: Sequence[str]):
+        labels = list(labels)
+        if label_set_scheme(labels) != "IOB2":
+            raise ValueError(f"A BIOES head needs IOB2 labels (O, B-X, I-X for every type X), got {labels}")
+        parsed = [split_tag(label) for label in labels]
+        types = list(dict.fromkeys(entity_type for _, entity_type in parsed if entity_type is not None))
+        self.tags = labels + [f"{prefix}-{entity_type}" for entity_type in types for prefix in "ES"]
+        tag_ids = {tag: index for index, tag in enumerate(self.tags)}
+        closing = {"B": "S", "I": "E", "O": "O"}
+        self.kept = list(range(len(labels)))
+        self.closed = [tag_ids[label if prefix == "O" else f"{closing[prefix]}-{kind}"] for label, (prefix, kind) in
+                       zip(labels, parsed)]  # fmt: skip
+        self.sources = (self.kept, self.closed)
+        self.inside = [-1 if kind is None else tag_ids[f"I-{kind}"] for _, kind in parsed]

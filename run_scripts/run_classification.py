@@ -10,12 +10,19 @@ Works the same with `python`, `accelerate launch` and `torchrun`. Example (movie
 A fresh model (`--config_name`, no `--model_name_or_path`) trains with the recipe stored in its config
 (`training_recipe`; the paper's lr 1e-3, x0.97 per epoch, clipping 3, batch 10, length-grouped batches for S-LSTM and
 baseline configs without one) for every training argument not given on the command line; a saved checkpoint
-(`--model_name_or_path`) trains with the Trainer's defaults.
+(`--model_name_or_path`) trains with the Trainer's defaults. `--max_tokens_per_batch N` replaces batches of a fixed
+number of examples by length-grouped batches of up to N padded tokens: faster, but a change of recipe.
 
 Data: `text ||| label` files (one example per line, any extension other than json/jsonl/csv/tsv/parquet),
 json/jsonl/csv/tsv/parquet with a text and a label column, --dataset_name, or --rt_polarity_dir for the movie-review
 `rt-polarity.pos/.neg` pair (seeded 80/10/10 split, see data_utils.read_rt_polarity). Text is split on whitespace,
-so give it pre-tokenised. Metrics: accuracy and macro-F1. `predictions.txt` (test split): `gold<TAB>predicted<TAB>text`.
+so give it pre-tokenised. Metrics: accuracy and macro-F1 (scikit-learn's, on the label names).
+
+Test predictions (`--do_predict`), in the test data's order, each with a header line:
+- `test_predictions.tsv`: `text<TAB>gold<TAB>predicted` (tabs and line breaks inside a text become spaces, which
+  splits it into the same words). scikit-learn on its two label columns gives exactly the reported test metrics
+  (`run_scripts/rescore_predictions.py` does that);
+- `predictions.txt`: `gold<TAB>predicted<TAB>text`.
 """
 
 import logging
@@ -36,10 +43,13 @@ from training_setup import (
     load_fresh_config,
     resume_checkpoint,
     setup_logging,
+    uses_char_features,
 )
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, set_seed
 
 logger = logging.getLogger("run_classification")
+
+TEST_PREDICTIONS_FILE = "test_predictions.tsv"
 
 
 @dataclass
@@ -56,16 +66,34 @@ class ClassificationDataArguments(DataArguments):
             super().__post_init__()
 
 
-def classification_metrics(eval_prediction) -> dict:
-    """Accuracy and macro-F1 (scikit-learn's, over the classes present in the labels or the predictions)."""
-    logits, labels = eval_prediction.predictions, eval_prediction.label_ids
-    if isinstance(logits, tuple):
-        logits = logits[0]
-    predictions = logits.argmax(-1) if logits.ndim == 2 else logits
-    return {
-        "accuracy": float(accuracy_score(labels, predictions)),
-        "macro_f1": float(f1_score(labels, predictions, average="macro", zero_division=0)),
-    }
+class ClassificationMetrics:
+    """`compute_metrics` for the Trainer: accuracy and macro-F1 (scikit-learn's, over the classes present in the gold
+    or predicted labels), computed on the label names as `test_predictions.tsv` holds them, so that scikit-learn on
+    that file gives exactly the reported numbers (macro-F1 averages the classes in the order of their names).
+
+    Args:
+        label_list (`list[str]`): the model's labels, in id order.
+    """
+
+    def __init__(self, label_list: list[str]):
+        self.label_list = label_list
+
+    def __call__(self, eval_prediction) -> dict:
+        logits, labels = eval_prediction.predictions, eval_prediction.label_ids
+        if isinstance(logits, tuple):
+            logits = logits[0]
+        predictions = logits.argmax(-1) if logits.ndim == 2 else logits
+        return self.score(self.names(labels), self.names(predictions))
+
+    def names(self, ids) -> list[str]:
+        return [self.label_list[int(index)] for index in ids]
+
+    @staticmethod
+    def score(gold: list[str], predicted: list[str]) -> dict:
+        return {
+            "accuracy": float(accuracy_score(gold, predicted)),
+            "macro_f1": float(f1_score(gold, predicted, average="macro", zero_division=0)),
+        }
 
 
 def main():
@@ -113,12 +141,14 @@ def main():
         check_splits["validation"] = raw["train"] + raw.get("validation", [])
     data_utils.check_labels_known(check_splits, label_list, "label", sequence=False)
     label2id = {label: index for index, label in enumerate(label_list)}
+    char_ids = uses_char_features(model.config)  # else the tokenizer's char_ids are dropped
     processed = {
-        split: tokenize(split, examples, tokenizer, label2id, max_length, training_args)
+        split: tokenize(split, examples, tokenizer, label2id, max_length, training_args, char_ids)
         for split, examples in raw.items()
     }
 
     source = data_args.rt_polarity_dir or data_args.dataset_name or data_args.train_file
+    metrics = ClassificationMetrics(label_list)
     trainer = SLSTMTrainer(
         model=model,
         args=training_args,
@@ -126,7 +156,7 @@ def main():
         eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=classification_metrics,
+        compute_metrics=metrics,
         model_card={
             "pipeline_tag": "text-classification",
             "auto_class": "AutoModelForSequenceClassification",
@@ -155,8 +185,9 @@ def main():
         output = trainer.predict(processed["test"], metric_key_prefix="test")
         trainer.report_metrics("test", output.metrics, len(processed["test"]))
         if trainer.is_world_process_zero():
-            path = Path(training_args.output_dir) / "predictions.txt"
-            write_predictions(path, raw["test"], [label_list[int(i)] for i in output.predictions.argmax(-1)])
+            write_predictions(
+                Path(training_args.output_dir), raw["test"], metrics.names(output.predictions.argmax(-1))
+            )
 
     # Model card, and the upload with --push_to_hub.
     if training_args.push_to_hub:
@@ -166,7 +197,9 @@ def main():
     trainer.end()
 
 
-def tokenize(split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args):
+def tokenize(
+    split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args, char_ids: bool
+):
     """One split tokenised (whitespace-split words) with label ids; examples over `max_length` are truncated."""
     truncated = data_utils.count_truncated((len(e["text"].split()) for e in examples), max_length)
     if truncated:
@@ -176,19 +209,31 @@ def tokenize(split: str, examples: list[dict], tokenizer, label2id: dict, max_le
         examples,
         data_utils.tokenize_texts,
         training_args,
+        char_ids=char_ids,
         tokenizer=tokenizer,
         label2id=label2id,
         max_length=max_length,
     )
 
 
-def write_predictions(path: Path, test_examples: list[dict], predicted_labels: list[str]) -> None:
-    """A header, then `gold<TAB>predicted<TAB>text` per test example."""
-    with path.open("w", encoding="utf-8") as file:
+def write_predictions(output_dir: Path, test_examples: list[dict], predicted_labels: list[str]) -> None:
+    """Writes `test_predictions.tsv` (`text<TAB>gold<TAB>predicted`) and `predictions.txt`
+    (`gold<TAB>predicted<TAB>text`), each with a header line, one test example per line."""
+    rows = list(zip(test_examples, predicted_labels, strict=True))
+    with (output_dir / TEST_PREDICTIONS_FILE).open("w", encoding="utf-8") as file:
+        file.write("text\tgold\tpredicted\n")
+        for example, predicted in rows:
+            file.write(f"{one_line(example['text'])}\t{example['label']}\t{predicted}\n")
+    with (output_dir / "predictions.txt").open("w", encoding="utf-8") as file:
         file.write("gold\tpredicted\ttext\n")
-        for example, predicted in zip(test_examples, predicted_labels):
+        for example, predicted in rows:
             file.write(f"{example['label']}\t{predicted}\t{example['text']}\n")
-    logger.warning(f"Wrote {path}")
+    logger.warning(f"Wrote {output_dir / TEST_PREDICTIONS_FILE} and {output_dir / 'predictions.txt'}")
+
+
+def one_line(text: str) -> str:
+    """`text` as one TSV field: tabs and line breaks (word separators for the whitespace split) become spaces."""
+    return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
 
 
 USAGE = """```python

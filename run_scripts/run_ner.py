@@ -11,14 +11,21 @@ Works the same with `python`, `accelerate launch` and `torchrun`. Examples (see 
 A fresh model (`--config_name`, no `--model_name_or_path`) trains with the recipe stored in its config
 (`training_recipe`; the paper's lr 1e-3, x0.97 per epoch, clipping 3, batch 10, length-grouped batches for S-LSTM and
 baseline configs without one) for every training argument not given on the command line; a saved checkpoint
-(`--model_name_or_path`) trains with the Trainer's defaults.
+(`--model_name_or_path`) trains with the Trainer's defaults. `--max_tokens_per_batch N` replaces batches of a fixed
+number of examples by length-grouped batches of up to N padded tokens: faster, but a change of recipe.
 
 Data: CoNLL column files (`token<TAB/space>...tag`, blank lines between sentences, `-DOCSTART-` ignored; choose the
 columns with --conll_token_column/--conll_label_column), json/jsonl/csv/parquet with a tokens and a tags column, or
 --dataset_name. The task is whatever the label column holds: span tags (IOB1/IOB2/BIOES, detected or given with
 --tag_scheme, converted to the training scheme) are scored with entity-level seqeval precision/recall/F1 overall and
-per type; other tags (POS) with token accuracy. `predictions.txt` (test split) has `token gold predicted` per line in
-the data's original tag scheme.
+per type, on their IOB2 form; other tags (POS) with token accuracy.
+
+Test predictions (`--do_predict`), one `token gold predicted` line per word, a blank line after each sentence, in the
+test file's order; words cut by --max_seq_length are predicted `O`:
+- `test_predictions.txt`: span tags in IOB2 (converted from the training scheme), other tags as they are. The test
+  metrics are the scores of exactly this file (all its words), so rescoring it with an independent scorer
+  (`run_scripts/rescore_predictions.py`, seqeval) gives the reported numbers;
+- `predictions.txt`: the same in the data's own tag scheme (e.g. IOB1).
 """
 
 import logging
@@ -31,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import data_utils
 import numpy as np
 from seqeval.metrics import classification_report
-from seqeval.scheme import IOB2, IOBES
+from seqeval.scheme import IOB2
 from slstm_trainer import SLSTMTrainer
 from training_arguments import DataArguments, parse_training_arguments
 from training_setup import (
@@ -41,6 +48,7 @@ from training_setup import (
     load_fresh_config,
     resume_checkpoint,
     setup_logging,
+    uses_char_features,
 )
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
 
@@ -53,6 +61,10 @@ from modeling_slstm.tag_schemes import (
 )
 
 logger = logging.getLogger("run_ner")
+
+TEST_PREDICTIONS_FILE = "test_predictions.txt"
+# The prefixes of each span scheme's entity tags, in the order labels are numbered.
+SPAN_PREFIXES = {"IOB1": "BI", "IOB2": "BI", "BIOES": "BIES"}
 
 
 @dataclass
@@ -70,8 +82,8 @@ class NERDataArguments(DataArguments):
     strict_metrics: bool = field(
         default=False,
         metadata={
-            "help": "Score entities with seqeval's strict mode in the training scheme (IOB2 or IOBES) instead of the "
-            "default conlleval-compatible mode."
+            "help": "Score entities with seqeval's strict mode (scheme IOB2, on the IOB2 form of the tags) instead of "
+            "the default conlleval-compatible mode."
         },
     )
     return_entity_level_metrics: bool = field(
@@ -99,7 +111,7 @@ def is_span_labels(tag_sequences) -> bool:
 
 def ordered_labels(labels) -> list[str]:
     """`O` first, then by entity type and prefix (B, I, E, S); plain labels (POS) sorted."""
-    prefix_order = {"B": 0, "I": 1, "E": 2, "S": 3}
+    prefix_order = {prefix: index for index, prefix in enumerate(SPAN_PREFIXES["BIOES"])}
     labels = set(labels)
     try:
         parsed = {label: split_tag(label) for label in labels}
@@ -109,7 +121,19 @@ def ordered_labels(labels) -> list[str]:
 
 
 class TokenMetrics:
-    """`compute_metrics` for the Trainer: entity-level seqeval scores for span tags, token accuracy always."""
+    """`compute_metrics` for the Trainer, and the scorer of the written test predictions: token accuracy always and,
+    for span tags, entity-level seqeval scores (overall and per type).
+
+    Span tags are scored on their IOB2 form (converted from the training scheme, as `test_predictions.txt` holds
+    them), so that seqeval on that file gives exactly the reported numbers, whatever the training scheme.
+
+    Args:
+        id2label (`dict[int, str]`): the model's labels by id.
+        scheme (`str`, *optional*): the training scheme of span tags (`IOB1`, `IOB2`, `BIOES`); `None` for tags that
+            are not spans (token accuracy only).
+        strict (`bool`): seqeval's strict mode (scheme IOB2) instead of its default, conlleval-compatible mode.
+        per_type (`bool`): also report precision/recall/F1 and support per entity type.
+    """
 
     def __init__(self, id2label: dict[int, str], scheme: str | None, strict: bool, per_type: bool):
         self.id2label = id2label
@@ -126,23 +150,26 @@ class TokenMetrics:
             predicted.append([self.id2label[int(i)] for i in prediction_row[keep]])
         return gold, predicted
 
+    def to_iob2(self, tags: list[str]) -> list[str]:
+        """Training-scheme tags in the form they are scored and written in: IOB2 for span tags, else unchanged."""
+        return convert(tags, self.scheme, "IOB2")
+
     def __call__(self, eval_prediction) -> dict:
         predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
         if predictions.ndim == 3:
             predictions = predictions.argmax(-1)
         gold, predicted = self.decode(predictions, labels)
+        return self.score([self.to_iob2(tags) for tags in gold], [self.to_iob2(tags) for tags in predicted])
+
+    def score(self, gold: list[list[str]], predicted: list[list[str]]) -> dict:
+        """The metrics of tag sequences already in their scored form (`to_iob2`), e.g. the rows of
+        `test_predictions.txt`."""
         n_tokens = sum(len(tags) for tags in gold)
         correct = sum(g == p for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps))
         metrics = {"accuracy": correct / n_tokens if n_tokens else 0.0}
         if self.scheme is None:
             return metrics
-        if self.strict:
-            mode_kwargs = {"mode": "strict", "scheme": IOBES if self.scheme == "BIOES" else IOB2}
-            if self.scheme == "IOB1":
-                gold = [convert_tag_sequence(t, "IOB1", "IOB2") for t in gold]
-                predicted = [convert_tag_sequence(t, "IOB1", "IOB2") for t in predicted]
-        else:
-            mode_kwargs = {}
+        mode_kwargs = {"mode": "strict", "scheme": IOB2} if self.strict else {}
         report = classification_report(gold, predicted, output_dict=True, zero_division=0, **mode_kwargs)
         overall = report["micro avg"]
         metrics.update(precision=overall["precision"], recall=overall["recall"], f1=overall["f1-score"])
@@ -179,16 +206,22 @@ def main():
     # Model: a saved checkpoint with its labels, or a fresh one from a config with the config's training recipe.
     max_length = data_args.max_seq_length or 512
     training_recipe = {}
+    # `label_scheme`: the scheme of the model's labels (`id2label`), which the data is converted to. A fresh model
+    # trained in BIOES keeps IOB2 labels, which `pipeline("token-classification")` groups correctly, and trains and
+    # decodes in BIOES inside its head (`head_tag_scheme`).
     if model_args.model_name_or_path:
         tokenizer, model = load_checkpoint(model_args, AutoModelForTokenClassification)
         label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
-        if span_task and train_scheme is None:
-            train_scheme = label_set_scheme(label_list) or data_scheme
+        label_scheme = (label_set_scheme(label_list) or data_scheme) if span_task else None
+        train_scheme = check_continued_scheme(train_scheme, label_scheme, model.config, model_args.model_name_or_path)
     else:
         if "train" not in raw:
             raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
-        label_list = fresh_label_list(raw, data_args.include_eval_labels, data_scheme, train_scheme, span_task)
+        label_scheme = "IOB2" if train_scheme == "BIOES" else train_scheme
+        label_list = fresh_label_list(raw, data_args.include_eval_labels, data_scheme, label_scheme, span_task)
         config, recipe = load_fresh_config(model_args)
+        if train_scheme == "BIOES":
+            config.head_tag_scheme = "BIOES"
         if train_scheme == "IOB1":
             config.crf_constraints = False  # the CRF's constraints are IOB2/BIOES ones; IOB1 opens entities with I-
         source = model_args.config_name or "the default SLSTMConfig"
@@ -201,12 +234,12 @@ def main():
     max_length = data_args.max_seq_length or tokenizer.model_max_length
     logger.warning(
         f"Task: {'span tagging' if span_task else 'tagging (accuracy)'}; data scheme {data_scheme}, training scheme "
-        f"{train_scheme}; {len(label_list)} labels: {label_list}"
+        f"{train_scheme}; {len(label_list)} labels ({label_scheme}): {label_list}"
     )
 
-    # Preprocessing: tags in the training scheme, every label known to the model, words to token ids.
+    # Preprocessing: tags in the scheme of the model's labels, every label known to the model, words to token ids.
     converted = {
-        split: [{"tokens": e["tokens"], "tags": convert(e["tags"], data_scheme, train_scheme)} for e in examples]
+        split: [{"tokens": e["tokens"], "tags": convert(e["tags"], data_scheme, label_scheme)} for e in examples]
         for split, examples in raw.items()
     }
     check_splits = dict(converted)
@@ -214,14 +247,15 @@ def main():
         check_splits["validation"] = converted["train"] + converted.get("validation", [])
     data_utils.check_labels_known(check_splits, label_list, "tags", sequence=True)
     label2id = {label: index for index, label in enumerate(label_list)}
+    char_ids = uses_char_features(model.config)  # else the tokenizer's char_ids are dropped
     processed = {
-        split: tokenize(split, examples, tokenizer, label2id, max_length, training_args)
+        split: tokenize(split, examples, tokenizer, label2id, max_length, training_args, char_ids)
         for split, examples in converted.items()
     }
 
     metrics = TokenMetrics(
         dict(enumerate(label_list)),
-        train_scheme if span_task else None,
+        label_scheme,
         data_args.strict_metrics,
         data_args.return_entity_level_metrics,
     )
@@ -238,7 +272,9 @@ def main():
         model_card={
             "pipeline_tag": "token-classification",
             "auto_class": "AutoModelForTokenClassification",
-            "task_description": f"{task_name}, tag scheme {train_scheme}" if span_task else task_name,
+            "task_description": f"{task_name}, {label_scheme} labels, trained in {train_scheme}"
+            if span_task
+            else task_name,
             "training_data": describe_data(data_args, raw),
             "usage_example": USAGE,
             "training_recipe": training_recipe,
@@ -258,14 +294,16 @@ def main():
         eval_metrics = trainer.evaluate(processed["validation"], metric_key_prefix="eval")
         trainer.report_metrics("eval", eval_metrics, len(processed["validation"]))
 
-    # Prediction
+    # Prediction: the test metrics are those of the written sentences (all their words, see write_predictions).
     if training_args.do_predict and "test" in processed:
         output = trainer.predict(processed["test"], metric_key_prefix="test")
+        _, predicted_tags = metrics.decode(output.predictions, output.label_ids)
+        sentences = prediction_rows(raw["test"], predicted_tags, data_scheme, label_scheme)
+        scores = metrics.score([gold for _, gold, _ in sentences], [predicted for _, _, predicted in sentences])
+        output.metrics.update({f"test_{name}": value for name, value in scores.items()})
         trainer.report_metrics("test", output.metrics, len(processed["test"]))
         if trainer.is_world_process_zero():
-            _, predicted_tags = metrics.decode(output.predictions, output.label_ids)
-            path = Path(training_args.output_dir) / "predictions.txt"
-            write_predictions(path, raw["test"], predicted_tags, train_scheme, data_scheme)
+            write_predictions(Path(training_args.output_dir), sentences, raw["test"], label_scheme, data_scheme)
 
     # Model card, and the upload with --push_to_hub.
     if training_args.push_to_hub:
@@ -309,45 +347,76 @@ def tag_schemes(raw: dict, data_args, span_task: bool, continuing: bool) -> tupl
     return data_scheme, "IOB2" if data_scheme == "IOB1" else data_scheme
 
 
-def fresh_label_list(raw: dict, include_eval_labels: bool, data_scheme, train_scheme, span_task: bool) -> list[str]:
+def check_continued_scheme(train_scheme, label_scheme, config, checkpoint: str) -> str | None:
+    """The scheme a loaded checkpoint trains in (BIOES inside a `head_tag_scheme="BIOES"` head, else its labels');
+    a --tag_scheme that differs is an error rather than data the model's labels cannot hold."""
+    model_scheme = "BIOES" if getattr(config, "head_tag_scheme", None) == "BIOES" else label_scheme
+    if train_scheme is not None and train_scheme != model_scheme:
+        raise ValueError(
+            f"--tag_scheme {train_scheme} given, but {checkpoint} trains in {model_scheme}: leave --tag_scheme out "
+            "when continuing from a checkpoint, or train a fresh model"
+        )
+    return model_scheme
+
+
+def fresh_label_list(raw: dict, include_eval_labels: bool, data_scheme, label_scheme, span_task: bool) -> list[str]:
     """The labels of a fresh model in id order: those of the training data (all splits with --include_eval_labels)
-    in the training scheme, completed to every prefix of each entity type for span tags."""
+    in the scheme of the labels, completed to every prefix of each entity type for span tags."""
     label_splits = raw.values() if include_eval_labels else [raw["train"]]
-    tags = [tag for split in label_splits for e in split for tag in convert(e["tags"], data_scheme, train_scheme)]
+    tags = [tag for split in label_splits for e in split for tag in convert(e["tags"], data_scheme, label_scheme)]
     labels = ordered_labels(tags)
-    return complete_span_labels(labels, train_scheme) if span_task else labels
+    return complete_span_labels(labels, label_scheme) if span_task else labels
 
 
-def tokenize(split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args):
+def tokenize(
+    split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args, char_ids: bool
+):
     """One split tokenised with its labels aligned to the tokens; sentences over `max_length` are truncated."""
     truncated = data_utils.count_truncated((len(e["tokens"]) for e in examples), max_length)
     if truncated:
         logger.warning(
             f"{split}: {truncated} sentence(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
-            "included) are truncated; their remaining words are scored as missed and predicted as 'O'"
+            "included) are truncated; the test predictions give their remaining words 'O' (scored as missed in the "
+            "test metrics), validation scores only the kept words"
         )
     return data_utils.tokenize_split(
         split,
         [{"tokens": clean_tokens(e["tokens"]), "tags": e["tags"]} for e in examples],
         data_utils.tokenize_and_align_labels,
         training_args,
+        char_ids=char_ids,
         tokenizer=tokenizer,
         label2id=label2id,
         max_length=max_length,
     )
 
 
-def write_predictions(path: Path, test_examples: list[dict], predicted_tags, train_scheme, data_scheme) -> None:
-    """`token gold predicted` per line, in the data's tag scheme (`None`: not span tags); words cut by truncation are
-    predicted `O`."""
+def prediction_rows(test_examples: list[dict], predicted_tags, data_scheme, label_scheme) -> list[tuple]:
+    """`(tokens, gold, predicted)` per test sentence as `test_predictions.txt` holds them: span tags in IOB2 (gold
+    from the data's scheme, predictions from the scheme of the labels), other tags as they are; the words that
+    truncation cut off are predicted `O`."""
     rows = []
-    for example, predicted in zip(test_examples, predicted_tags):
+    for example, predicted in zip(test_examples, predicted_tags, strict=True):
         predicted = predicted + ["O"] * (len(example["tokens"]) - len(predicted))
-        if data_scheme is not None and data_scheme != train_scheme:
-            predicted = convert_tag_sequence(predicted, train_scheme, data_scheme)
-        rows.append((example["tokens"], example["tags"], predicted))
-    data_utils.write_conll(path, rows)
-    logger.warning(f"Wrote {path} (token, gold, predicted; tags in the data's scheme {data_scheme})")
+        gold = convert(example["tags"], data_scheme, "IOB2")
+        rows.append((example["tokens"], gold, convert(predicted, label_scheme, "IOB2")))
+    return rows
+
+
+def write_predictions(output_dir: Path, sentences: list[tuple], test_examples: list[dict], label_scheme, data_scheme):
+    """Writes `sentences` (see `prediction_rows`) to `test_predictions.txt` and, in the data's own tag scheme, to
+    `predictions.txt`; one `token<TAB>gold<TAB>predicted` line per word, a blank line after each sentence."""
+    data_utils.write_conll(output_dir / TEST_PREDICTIONS_FILE, sentences)
+    in_data_scheme = [
+        (tokens, example["tags"], convert(predicted, "IOB2" if label_scheme else None, data_scheme))
+        for (tokens, _, predicted), example in zip(sentences, test_examples, strict=True)
+    ]
+    data_utils.write_conll(output_dir / "predictions.txt", in_data_scheme)
+    logger.warning(
+        f"Wrote {output_dir / TEST_PREDICTIONS_FILE} (token, gold, predicted; "
+        f"{'IOB2 tags' if label_scheme else 'tags as in the data'}, the scored form) and "
+        f"{output_dir / 'predictions.txt'} (tags in the data's scheme {data_scheme})"
+    )
 
 
 USAGE = """```python
@@ -365,7 +434,7 @@ def complete_span_labels(labels, scheme) -> list[str]:
     """Every prefix of the scheme for every entity type seen in training (a type's rare `I-`/`E-` tag may be missing
     from a small training set yet appear in dev/test)."""
     types = sorted({split_tag(label)[1] for label in labels if label != "O"})
-    prefixes = "BIES" if scheme == "BIOES" else "BI"
+    prefixes = SPAN_PREFIXES[scheme]
     return ["O"] + [f"{prefix}-{entity_type}" for entity_type in types for prefix in prefixes]
 
 

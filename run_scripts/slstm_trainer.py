@@ -1,20 +1,27 @@
 """`SLSTMTrainer`: the `transformers` Trainer of `run_ner.py` and `run_classification.py`.
 
 It adds the paper's per-epoch exponential learning-rate decay, a length-grouped sampler that resumes exactly,
-evaluation in the data's order, and the S-LSTM model card (`hub_configs/model_card_template.md`) that
-`create_model_card` / `push_to_hub` write.
+token-budget batches (`--max_tokens_per_batch`), evaluation in the data's order, and the S-LSTM model card
+(`hub_configs/model_card_template.md`) that `create_model_card` / `push_to_hub` write.
 """
 
 import json
+import logging
 import math
 import os
 import string
 import sys
+from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
-from transformers import Trainer
+from torch.utils.data import DataLoader, Sampler
+from transformers import EarlyStoppingCallback, Trainer
 from transformers.trainer_pt_utils import LengthGroupedSampler
+from transformers.trainer_utils import seed_worker
+
+logger = logging.getLogger(__name__)
 
 MODEL_CARD_TEMPLATE = Path(__file__).resolve().parent.parent / "hub_configs" / "model_card_template.md"
 CARD_CONFIG_KEYS = (
@@ -62,8 +69,82 @@ class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
         return super().__iter__()
 
 
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Length-grouped batches of at most `max_tokens` padded tokens each (`examples * longest length`), all processes'
+    batches of one epoch, for a `DataLoader`'s `batch_sampler`.
+
+    Every epoch the examples are sorted by length, equal lengths in an order drawn from `(seed, epoch)`, and cut into
+    consecutive batches at the same places: the cuts depend on the lengths alone (greedy, shortest first), so the
+    number of batches and their sizes are the same every epoch (the Trainer and the per-epoch learning-rate decay
+    count steps with them), while which examples of equal length share a batch changes. The batches are then yielded
+    in an order drawn from `(seed, epoch)`. For several processes the largest batches are halved until the number of
+    batches divides by `num_processes`: `accelerate` then deals batch `i` to process `i % num_processes`, each
+    process gets the same number of whole batches and every example is used exactly once per epoch.
+
+    Args:
+        lengths (`Sequence[int]`): the length of every example in tokens (`<s>` and `</s>` included).
+        max_tokens (`int`): the budget of one batch on one process; at least the longest length.
+        seed (`int`, *optional*, defaults to 0): with the epoch, seeds the order of equal lengths and of the batches.
+        num_processes (`int`, *optional*, defaults to 1): the number of training processes.
+    """
+
+    def __init__(self, lengths: Sequence[int], max_tokens: int, seed: int = 0, num_processes: int = 1):
+        self.lengths = [int(length) for length in lengths]
+        if not self.lengths:
+            raise ValueError("Token-budget batches need at least one training example, got none")
+        if max(self.lengths) > max_tokens:
+            raise ValueError(
+                f"--max_tokens_per_batch {max_tokens} is smaller than the longest training example "
+                f"({max(self.lengths)} tokens with <s> and </s>): give at least {max(self.lengths)}, or cut the "
+                "examples shorter with --max_seq_length"
+            )
+        self.max_tokens = max_tokens
+        self.seed = seed
+        self.num_processes = num_processes
+        self.epoch = 0
+        self.batch_sizes = self._cut(sorted(self.lengths))
+
+    def _cut(self, sorted_lengths: list[int]) -> list[int]:
+        """The sizes of the consecutive batches of the sorted lengths: greedy within the budget, then the largest
+        halved until their number divides by `num_processes`."""
+        sizes, size = [], 0
+        for length in sorted_lengths:
+            if (size + 1) * length > self.max_tokens:  # `length` is the longest so far: it sets the padding
+                sizes.append(size)
+                size = 0
+            size += 1
+        sizes.append(size)
+        while len(sizes) % self.num_processes:
+            largest = max(range(len(sizes)), key=sizes.__getitem__)
+            if sizes[largest] == 1:
+                raise ValueError(
+                    f"{len(self.lengths)} training examples in batches of one cannot be dealt evenly to "
+                    f"{self.num_processes} processes: raise --max_tokens_per_batch or use fewer processes"
+                )
+            sizes[largest : largest + 1] = [sizes[largest] // 2, sizes[largest] - sizes[largest] // 2]
+        return sizes
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return len(self.batch_sizes)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        # A stable sort of a random permutation: by length, equal lengths in random order.
+        order = sorted(torch.randperm(len(self.lengths), generator=generator).tolist(), key=self.lengths.__getitem__)
+        batches, start = [], 0
+        for size in self.batch_sizes:
+            batches.append(order[start : start + size])
+            start += size
+        for index in torch.randperm(len(batches), generator=generator).tolist():
+            yield batches[index]
+
+
 class SLSTMTrainer(Trainer):
-    """`Trainer` with the paper's per-epoch exponential LR decay (`--lr_decay_per_epoch`) and the S-LSTM model card.
+    """`Trainer` with the paper's per-epoch exponential LR decay (`--lr_decay_per_epoch`), token-budget batches
+    (`--max_tokens_per_batch`), early stopping (`--early_stopping_patience`) and the S-LSTM model card.
 
     The decay is a `LambdaLR` over optimizer steps, `lr = lr_0 * decay ** (step // steps_per_epoch)`, so it is saved
     in and restored from checkpoints like every other scheduler.
@@ -80,8 +161,11 @@ class SLSTMTrainer(Trainer):
 
     def __init__(self, *args, model_card: dict | None = None, **kwargs):
         super().__init__(*args, **kwargs)
+        if getattr(self.args, "early_stopping_patience", None):
+            self.add_callback(EarlyStoppingCallback(self.args.early_stopping_patience))
         self.model_card = model_card or {}
         self.reported_metrics = {}
+        self.epoch_seeded_sampler = None  # the training (batch) sampler whose order depends on the epoch
 
     def report_metrics(self, split: str, metrics: dict, num_samples: int) -> None:
         """Logs the metrics of `split` (`train`, `eval` or `test`) with its number of examples, saves them in
@@ -92,18 +176,67 @@ class SLSTMTrainer(Trainer):
         self.reported_metrics.update(metrics)
 
     def optimizer_steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch of each process, as the Trainer counts them (batches / accumulation, rounded
+        up)."""
         args = self.args
-        batches = math.ceil(len(self.train_dataset) / (args.per_device_train_batch_size * args.world_size))
-        if args.dataloader_drop_last:
+        if isinstance(self.epoch_seeded_sampler, TokenBudgetBatchSampler):
+            batches = len(self.epoch_seeded_sampler) // args.world_size
+        elif args.dataloader_drop_last:
             batches = len(self.train_dataset) // (args.per_device_train_batch_size * args.world_size)
+        else:
+            batches = math.ceil(len(self.train_dataset) / (args.per_device_train_batch_size * args.world_size))
         return max(1, math.ceil(batches / args.gradient_accumulation_steps))
+
+    def data_seed(self) -> int:
+        return self.args.data_seed if self.args.data_seed is not None else self.args.seed
 
     def _get_train_sampler(self, train_dataset=None):
         sampler = super()._get_train_sampler(train_dataset)
         if isinstance(sampler, LengthGroupedSampler):
-            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-            sampler = EpochSeededLengthGroupedSampler(sampler.batch_size, lengths=sampler.lengths, seed=seed)
+            sampler = EpochSeededLengthGroupedSampler(
+                sampler.batch_size, lengths=sampler.lengths, seed=self.data_seed()
+            )
+            self.epoch_seeded_sampler = sampler
         return sampler
+
+    def get_train_dataloader(self) -> DataLoader:
+        """With `--max_tokens_per_batch`: batches of a token budget from `TokenBudgetBatchSampler` (in place of
+        `--per_device_train_batch_size` and `--train_sampling_strategy`); otherwise the Trainer's."""
+        budget = getattr(self.args, "max_tokens_per_batch", None)
+        if budget is None:
+            return super().get_train_dataloader()
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        column = self.args.length_column_name
+        if column in self.train_dataset.column_names:
+            lengths = self.train_dataset[column]
+        else:
+            lengths = [len(ids) for ids in self.train_dataset["input_ids"]]
+        sampler = TokenBudgetBatchSampler(lengths, budget, seed=self.data_seed(), num_processes=self.args.world_size)
+        self.epoch_seeded_sampler = sampler
+        logger.warning(
+            f"Token-budget batches: at most {budget} padded tokens per batch and process, {len(sampler)} batches per "
+            f"epoch over all processes ({len(lengths) / len(sampler):.1f} examples on average); "
+            "--per_device_train_batch_size and --train_sampling_strategy are not used"
+        )
+        args = self.args
+        loader = DataLoader(
+            self._remove_unused_columns(self.train_dataset, description="Training"),
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=args.dataloader_num_workers,
+            pin_memory=args.dataloader_pin_memory,
+            persistent_workers=args.dataloader_persistent_workers,
+            worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
+        )
+        return self.accelerator.prepare(loader)
+
+    def _run_epoch(self, *args, epoch: int, **kwargs):
+        """Gives the epoch to the epoch-seeded sampler first: the Trainer's own `set_epoch` calls do not reach it
+        through the wrappers of a resumed multi-process run (`SkipBatchSampler(BatchSamplerShard(...))`)."""
+        if self.epoch_seeded_sampler is not None:
+            self.epoch_seeded_sampler.set_epoch(epoch)
+        return super()._run_epoch(*args, epoch=epoch, **kwargs)
 
     def _get_eval_sampler(self, eval_dataset):
         """Evaluation and prediction keep the dataset's order even with `--train_sampling_strategy group_by_length`

@@ -4,8 +4,8 @@
     python run_scripts/tag_sentence.py --model_dir outputs/demo-wnut16 \\
         --sentences "Going to see Taylor Swift in New York tonight" "Another sentence"
 
-The model loads with `trust_remote_code=True` from the code files saved next to it. Words are split on whitespace
-(the tokenizer is word-level), so put spaces around punctuation.
+The model loads with `trust_remote_code=True` from the code files saved next to it. Sentences are typed as a person
+writes them: the tokenizer splits words and punctuation the way CoNLL data is split (see `SLSTMTokenizer`).
 """
 
 import sys

@@ -59,6 +59,13 @@ class ModelArguments:
         },
     )
     min_word_frequency: int = field(default=1, metadata={"help": "Minimum training count of a vocabulary word."})
+    max_word_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Characters kept per word in the char_ids of a fresh tokenizer (the first ones; default: the "
+            "tokenizer's, 20). Read by configs with use_char_features."
+        },
+    )
     lowercase: bool = field(default=False, metadata={"help": "Lower-case all text in the tokenizer."})
     trust_remote_code: bool = field(default=False, metadata={"help": "Passed to from_pretrained."})
 
@@ -113,7 +120,8 @@ class DataArguments:
 
 @dataclass
 class SLSTMTrainingArguments(TrainingArguments):
-    """`TrainingArguments` plus the paper's per-epoch exponential learning-rate decay, with two defaults changed:
+    """`TrainingArguments` plus the paper's per-epoch exponential learning-rate decay and token-budget batches
+    (`--max_tokens_per_batch`), with two defaults changed:
 
     - `hub_strategy="end"`: with `--push_to_hub`, one commit at the end of the run (model, tokenizer, code, model
       card and results) instead of one per checkpoint save;
@@ -126,6 +134,24 @@ class SLSTMTrainingArguments(TrainingArguments):
         metadata={
             "help": "Multiply the learning rate by this factor after every epoch (paper: 0.97). Replaces "
             "--lr_scheduler_type when set."
+        },
+    )
+    max_tokens_per_batch: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token-budget batches, a change of recipe (the paper trains on batches of 10 sentences): each "
+            "process's training batches hold as many examples of similar length as fit in this many padded tokens "
+            "(examples x longest length, <s> and </s> included), instead of --per_device_train_batch_size examples "
+            "grouped by --train_sampling_strategy. Bigger batches run more tokens per second but take fewer, larger "
+            "optimizer steps: the learning rate may need retuning. Deterministic under --seed (--data_seed), every "
+            "example once per epoch, each of several processes gets its own batches; resumes exactly."
+        },
+    )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "Stop training after this many evaluations without improvement of --metric_for_best_model "
+            "(transformers' EarlyStoppingCallback; needs --load_best_model_at_end and an --eval_strategy)."
         },
     )
     hub_strategy: str = field(
@@ -143,6 +169,20 @@ class SLSTMTrainingArguments(TrainingArguments):
             "parameter is unused). Set it to true for a model that has parameters outside the loss."
         },
     )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.early_stopping_patience is not None and (
+            self.early_stopping_patience < 1 or not self.load_best_model_at_end
+        ):
+            raise ValueError(
+                "--early_stopping_patience must be a positive number of evaluations, with --load_best_model_at_end; "
+                f"got {self.early_stopping_patience} and load_best_model_at_end={self.load_best_model_at_end}"
+            )
+        if self.max_tokens_per_batch is not None and self.max_tokens_per_batch < 1:
+            raise ValueError(
+                f"--max_tokens_per_batch must be a positive number of tokens, got {self.max_tokens_per_batch}"
+            )
 
 
 def parse_training_arguments(data_arguments_class, argv: Sequence[str] | None = None) -> tuple:

@@ -3,7 +3,8 @@
 - logging of the run's processes;
 - a saved checkpoint to continue from (`--model_name_or_path`), or a fresh model: its config (`--config_name`,
   `--config_overrides`), the training recipe that ships with the config, a word-level tokenizer built from the
-  training data and pretrained word vectors with their coverage printed.
+  training data (with the character vocabulary of the training words, which a config with `use_char_features`
+  reads through `char_ids`) and pretrained word vectors with their coverage printed.
 """
 
 import dataclasses
@@ -19,7 +20,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_slstm import SLSTMConfig
 from modeling_slstm.pretrained_vectors import format_coverage, initialize_embeddings, load_word_vectors
-from modeling_slstm.tokenization_slstm import BOS_TOKEN, EOS_TOKEN, PAD_TOKEN, build_word_tokenizer
+from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
@@ -204,11 +205,9 @@ def build_fresh_model(
             extra_vocabulary=extra_vocabulary(model_args.pretrained_vocab, words, eval_sentences),
             lowercase=model_args.lowercase,
             model_max_length=model_max_length,
+            **({"max_word_length": model_args.max_word_length} if model_args.max_word_length else {}),
         )
-    config.vocab_size = len(tokenizer)
-    config.pad_token_id = tokenizer.convert_tokens_to_ids(PAD_TOKEN)
-    config.bos_token_id = tokenizer.convert_tokens_to_ids(BOS_TOKEN)
-    config.eos_token_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+    update_config_from_tokenizer(config, tokenizer)  # vocabulary, special ids, and characters for char features
     config.num_labels = len(label_list)
     config.id2label = dict(enumerate(label_list))
     config.label2id = {label: index for index, label in enumerate(label_list)}
@@ -219,8 +218,16 @@ def build_fresh_model(
         logger.warning(message)
         print(message, flush=True)
     n_parameters = sum(p.numel() for p in model.parameters())
-    logger.warning(f"Fresh {type(model).__name__}: {n_parameters:,} parameters, vocabulary {len(tokenizer):,}")
+    characters = f", {config.char_vocab_size:,} character ids" if uses_char_features(config) else ""
+    logger.warning(
+        f"Fresh {type(model).__name__}: {n_parameters:,} parameters, vocabulary {len(tokenizer):,}{characters}"
+    )
     return tokenizer, model
+
+
+def uses_char_features(config: PreTrainedConfig) -> bool:
+    """Whether the model reads `char_ids` (S-LSTM and baseline configs with `use_char_features`)."""
+    return bool(getattr(config, "use_char_features", False))
 
 
 def extra_vocabulary(pretrained_vocab: str, words: list[str] | None, eval_sentences: list[list[str]]):

@@ -26,6 +26,24 @@ def tiny_config(**overrides) -> SLSTMConfig:
     return SLSTMConfig(**settings)
 
 
+CHAR_VOCAB_SIZE = 12
+MAX_WORD_LENGTH = 6
+
+
+def char_settings(**overrides) -> dict:
+    """Small character-feature settings without dropout, for `tiny_config(**char_settings())` and the baselines."""
+    settings = dict(
+        use_char_features=True,
+        char_vocab_size=CHAR_VOCAB_SIZE,
+        char_embedding_dim=4,
+        char_hidden_size=3,
+        char_kernel_size=3,
+        char_dropout=0.0,
+    )
+    settings.update(overrides)
+    return settings
+
+
 def tagger_config(**overrides) -> SLSTMConfig:
     """`tiny_config` with the BIO labels of `BIO_LABELS`."""
     labels = dict(id2label=dict(enumerate(BIO_LABELS)), label2id={label: i for i, label in enumerate(BIO_LABELS)})
@@ -75,3 +93,22 @@ def pad(sequences, side: str = "right", value: int = PAD) -> tuple[torch.Tensor,
 def real(tensor: torch.Tensor, mask: torch.Tensor, row: int) -> torch.Tensor:
     """The real positions of `tensor[row]` (dim 1 is the sequence)."""
     return tensor[row][mask[row]]
+
+
+def random_spellings(lengths, seed: int = 0) -> list[list[list[int]]]:
+    """One sentence per length, each a list of words given as character ids (non-padding ids, 1 to
+    `MAX_WORD_LENGTH` characters per word, unpadded)."""
+    generator = torch.Generator().manual_seed(seed)
+    sentences = []
+    for n in lengths:
+        word_lengths = torch.randint(1, MAX_WORD_LENGTH + 1, (n,), generator=generator).tolist()
+        sentences.append([torch.randint(1, CHAR_VOCAB_SIZE, (k,), generator=generator).tolist() for k in word_lengths])
+    return sentences
+
+
+def pad_spellings(sentences, side: str = "right", width: int | None = None) -> torch.Tensor:
+    """`char_ids` `(batch, max_len, width)` of `random_spellings` output: every word padded with 0 to `width` (the
+    longest word by default), sentences padded with all-zero rows on `side` (as `pad` pads the ids)."""
+    width = width if width is not None else max(len(word) for sentence in sentences for word in sentence)
+    rows = [[word + [0] * (width - len(word)) for word in sentence] for sentence in sentences]
+    return pad(rows, side, value=[0] * width)[0]

@@ -1,14 +1,16 @@
-"""Tests of `modeling_slstm.crf.ConditionalRandomField` against brute-force enumeration and pytorch-crf."""
+"""Tests of `modeling_slstm.crf.ConditionalRandomField` against brute-force enumeration and pytorch-crf, and of its
+export with `torch.export` and to ONNX."""
 
 import itertools
 import math
 
 import pytest
 import torch
+from torch import nn
 
-from modeling_slstm.crf import IGNORE_TAG, ConditionalRandomField
+from modeling_slstm import crf as crf_module
+from modeling_slstm.crf import IGNORE_TAG, MAX_TRACED_LENGTH, ConditionalRandomField, validate_mask
 from modeling_slstm.tag_schemes import allowed_transitions
-
 
 BIO_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 BIOES_LABELS = ["O", "B-PER", "I-PER", "E-PER", "S-PER", "B-LOC", "I-LOC", "E-LOC", "S-LOC"]
@@ -26,6 +28,16 @@ MASKS = torch.tensor(
     ],
     dtype=torch.bool,
 )
+
+
+@pytest.fixture(params=["sequential", "blocked"])
+def scan_plan(request, monkeypatch):
+    """Run a test with the eager plan (position by position) and with the blocked plan of traced graphs, in blocks of
+    2 positions so that even 5 positions span several blocks and the scans over blocks."""
+    if request.param == "blocked":
+        monkeypatch.setattr(crf_module, "_BLOCK_SIZE", 2)
+        monkeypatch.setattr(crf_module, "_scan_plan", crf_module._blocked_scan_plan)
+    return request.param
 
 
 def random_crf(num_tags, labels=None, scale=1.0, seed=0):
@@ -70,7 +82,7 @@ def is_allowed(crf, path):
     return (
         start_allowed[path[0]]
         and end_allowed[path[-1]]
-        and all(transition_allowed[a][b] for a, b in zip(path[:-1], path[1:]))
+        and all(transition_allowed[a][b] for a, b in itertools.pairwise(path))
     )
 
 
@@ -84,7 +96,7 @@ def brute_force_decode(crf, emissions, mask, only_allowed=False):
 
 
 @pytest.mark.parametrize("num_tags", [3, 4])
-def test_log_likelihood_matches_brute_force(num_tags):
+def test_log_likelihood_matches_brute_force(num_tags, scan_plan):
     crf = random_crf(num_tags, seed=num_tags)
     emissions = torch.randn(len(MASKS), 5, num_tags)
     tags = torch.randint(num_tags, (len(MASKS), 5)).masked_fill(~MASKS, IGNORE_TAG)
@@ -101,7 +113,7 @@ def test_log_likelihood_matches_brute_force(num_tags):
 
 
 @pytest.mark.parametrize("num_tags", [3, 4])
-def test_decode_and_max_marginals_match_brute_force(num_tags):
+def test_decode_and_max_marginals_match_brute_force(num_tags, scan_plan):
     crf = random_crf(num_tags, seed=10 + num_tags)
     emissions = torch.randn(len(MASKS), 5, num_tags)
     decoded = crf.decode(emissions, MASKS)
@@ -120,7 +132,7 @@ def test_decode_and_max_marginals_match_brute_force(num_tags):
     assert torch.equal(max_marginals.argmax(-1)[MASKS], decoded[MASKS])
 
 
-def test_masked_positions_do_not_matter():
+def test_masked_positions_do_not_matter(scan_plan):
     crf = random_crf(4, seed=3)
     emissions = torch.randn(len(MASKS), 5, 4)
     tags = torch.randint(4, (len(MASKS), 5))
@@ -133,7 +145,7 @@ def test_masked_positions_do_not_matter():
     torch.testing.assert_close(crf.max_marginals(noisy_emissions, MASKS), crf.max_marginals(emissions, MASKS))
 
 
-def test_agrees_with_pytorch_crf():
+def test_agrees_with_pytorch_crf(scan_plan):
     torchcrf = pytest.importorskip("torchcrf")
     num_tags, batch, length = 5, 6, 9
     crf = random_crf(num_tags, seed=4)
@@ -150,7 +162,7 @@ def test_agrees_with_pytorch_crf():
     assert [row[row != IGNORE_TAG].tolist() for row in decoded] == reference.decode(emissions, mask)
 
 
-def test_ties_are_broken_towards_the_viterbi_path():
+def test_ties_are_broken_towards_the_viterbi_path(scan_plan):
     # Tags must alternate, so [0, 1, 0] and [1, 0, 1] tie as best paths: every max-marginal of an unmasked position
     # is 0 and a plain argmax would pick tag 0 everywhere, which is not a best path.
     crf = ConditionalRandomField(2)
@@ -168,7 +180,7 @@ def test_ties_are_broken_towards_the_viterbi_path():
 
 
 @pytest.mark.parametrize("labels", [BIO_LABELS, BIOES_LABELS], ids=["BIO", "BIOES"])
-def test_constrained_decoding_never_violates(labels):
+def test_constrained_decoding_never_violates(labels, scan_plan):
     # Large random transitions favour forbidden moves as often as allowed ones.
     crf = random_crf(len(labels), labels, scale=3.0, seed=5)
     emissions = torch.randn(64, 12, len(labels)) * 3
@@ -182,7 +194,7 @@ def test_constrained_decoding_never_violates(labels):
 
 
 @pytest.mark.parametrize("labels", [BIO_LABELS, BIOES_LABELS], ids=["BIO", "BIOES"])
-def test_constraints_match_brute_force_over_allowed_paths(labels):
+def test_constraints_match_brute_force_over_allowed_paths(labels, scan_plan):
     crf = random_crf(len(labels), labels, scale=2.0, seed=6)
     masks = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 0], [1, 0, 0, 1], [0, 0, 1, 0]], dtype=torch.bool)
     emissions = torch.randn(len(masks), 4, len(labels)) * 2
@@ -199,7 +211,7 @@ def test_constraints_match_brute_force_over_allowed_paths(labels):
     assert torch.equal(max_marginals.argmax(-1)[masks], decoded[masks])
 
 
-def test_forbidden_gold_sequence_gives_large_finite_loss():
+def test_forbidden_gold_sequence_gives_large_finite_loss(scan_plan):
     crf = ConditionalRandomField.from_labels(BIO_LABELS)
     emissions = torch.randn(2, 3, len(BIO_LABELS), requires_grad=True)
     tags = torch.tensor([[0, 2, 2], [1, 2, 0]])  # O I-PER: forbidden; B-PER I-PER O: allowed
@@ -250,7 +262,7 @@ def test_low_precision_and_autocast_compute_in_float32():
     assert crf.log_likelihood(emissions.half(), tags, mask).dtype == torch.float32
 
 
-def test_gradcheck_float64():
+def test_gradcheck_float64(scan_plan):
     crf = random_crf(3, seed=8).double()
     emissions = torch.randn(3, 4, 3, dtype=torch.float64, requires_grad=True)
     tags = torch.randint(3, (3, 4))
@@ -310,7 +322,7 @@ def test_validation_errors(call, message):
     assert message in str(error.value)
 
 
-def test_all_masked_batch_has_zero_loss_and_finite_gradients():
+def test_all_masked_batch_has_zero_loss_and_finite_gradients(scan_plan):
     crf = ConditionalRandomField.from_labels(BIO_LABELS)
     emissions = torch.randn(2, 3, len(BIO_LABELS), requires_grad=True)
     mask = torch.zeros(2, 3, dtype=torch.bool)
@@ -320,3 +332,148 @@ def test_all_masked_batch_has_zero_loss_and_finite_gradients():
     assert torch.all(emissions.grad == 0)
     assert torch.all(crf.decode(emissions, mask) == IGNORE_TAG)
     assert math.isfinite(crf.max_marginals(emissions, mask).abs().sum().item())
+
+
+def test_value_checks_are_public_and_keep_their_messages():
+    crf = ConditionalRandomField(3)
+    with pytest.raises(ValueError, match=r"got \[7\]"):
+        crf.validate_tags(torch.tensor([[0, 1, 7]]))
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        crf.validate_tags(torch.zeros(1, 2, dtype=torch.long), mask=torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        validate_mask(torch.tensor([[1, 2]]))
+    # Masked positions may hold any tag.
+    crf.validate_tags(torch.tensor([[0, IGNORE_TAG]]), mask=torch.tensor([[1, 0]]))
+    validate_mask(torch.tensor([[True, False]]))
+
+
+def test_unchecked_out_of_range_tags_fail_rather_than_give_a_loss(monkeypatch):
+    # Where the forward methods do not read values (GPU tensors, traced graphs), a bad tag must still not be scored.
+    monkeypatch.setattr(crf_module, "_values_are_cheap_to_check", lambda tensor: False)
+    crf = ConditionalRandomField(3)
+    emissions = torch.randn(1, 3, 3)
+    for bad_tag in (3, -1, IGNORE_TAG):
+        with pytest.raises((IndexError, RuntimeError), match="out of bounds"):
+            crf.log_likelihood(emissions, torch.tensor([[0, bad_tag, 1]]))
+    masked = crf.log_likelihood(emissions, torch.tensor([[0, IGNORE_TAG, 1]]), torch.tensor([[1, 0, 1]]))
+    assert torch.isfinite(masked).all()
+
+
+@pytest.mark.parametrize("labels", [BIO_LABELS, BIOES_LABELS], ids=["BIO", "BIOES"])
+def test_blocked_plan_of_traced_graphs_matches_sequential_on_long_sentences(labels, monkeypatch):
+    # Traced graphs use blocks of 16 positions: 70 positions, with padding and holes, span several of them.
+    crf = random_crf(len(labels), labels, scale=2.0, seed=11)
+    inputs = padded_inputs(len(labels), batch=6, length=70, seed=3)
+    emissions, mask = inputs["emissions"], inputs["mask"] & (torch.rand(6, 70) < 0.9)
+    tags = crf.decode(emissions, mask)
+    expected = crf.log_likelihood(emissions, tags, mask), tags, crf.max_marginals(emissions, mask)
+    monkeypatch.setattr(crf_module, "_scan_plan", crf_module._blocked_scan_plan)
+    log_likelihood, decoded, max_marginals = (
+        crf.log_likelihood(emissions, tags, mask),
+        crf.decode(emissions, mask),
+        crf.max_marginals(emissions, mask),
+    )
+    torch.testing.assert_close(log_likelihood, expected[0], rtol=1e-5, atol=1e-4)
+    assert torch.equal(decoded, expected[1])
+    torch.testing.assert_close(max_marginals, expected[2], rtol=1e-5, atol=1e-4)
+    assert torch.equal(max_marginals.argmax(-1)[mask], decoded[mask])
+
+
+def padded_inputs(num_tags, batch, length, seed):
+    """Emissions, tags (IGNORE_TAG where masked) and a mask with right and left padding, a hole and an empty sentence
+    (``batch >= 4``)."""
+    generator = torch.Generator().manual_seed(seed)
+    emissions = torch.randn(batch, length, num_tags, generator=generator) * 3
+    mask = torch.ones(batch, length, dtype=torch.bool)
+    mask[0, length // 2 :] = False
+    mask[1, : length // 3] = False
+    mask[2, length // 2] = False
+    mask[-1] = False
+    tags = torch.randint(num_tags, (batch, length), generator=generator).masked_fill(~mask, IGNORE_TAG)
+    return {"emissions": emissions, "tags": tags, "mask": mask}
+
+
+class CRFMethod(nn.Module):
+    """One method of a CRF as the forward of a module, which `torch.export` and the ONNX exporter take."""
+
+    def __init__(self, crf):
+        super().__init__()
+        self.crf = crf
+
+
+class MaxMarginals(CRFMethod):
+    def forward(self, emissions, mask):
+        return self.crf.max_marginals(emissions, mask)
+
+
+class NegativeLogLikelihood(CRFMethod):
+    def forward(self, emissions, tags, mask):
+        return self.crf(emissions, tags, mask, reduction="none")
+
+
+class Decode(CRFMethod):
+    def forward(self, emissions, mask):
+        return self.crf.decode(emissions, mask)
+
+
+METHODS = {"max_marginals": MaxMarginals, "negative_log_likelihood": NegativeLogLikelihood, "decode": Decode}
+ARGUMENTS = {MaxMarginals: ("emissions", "mask"), NegativeLogLikelihood: ("emissions", "tags", "mask")}
+
+
+def method_arguments(module, inputs):
+    return tuple(inputs[name] for name in ARGUMENTS.get(type(module), ("emissions", "mask")))
+
+
+def export_dynamic(module, inputs):
+    """`torch.export` (default, non-strict) with a dynamic batch size and sequence length in every input."""
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=MAX_TRACED_LENGTH)
+    arguments = method_arguments(module, inputs)
+    return torch.export.export(module, arguments, dynamic_shapes=tuple({0: batch, 1: seq} for _ in arguments))
+
+
+@pytest.fixture(scope="module")
+def bioes_crf():
+    return random_crf(len(BIOES_LABELS), BIOES_LABELS, seed=12)
+
+
+@pytest.fixture(scope="module")
+def exported_max_marginals(bioes_crf):
+    return export_dynamic(MaxMarginals(bioes_crf), padded_inputs(len(BIOES_LABELS), batch=4, length=9, seed=0))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_torch_export_with_dynamic_batch_and_length_runs_new_shapes(method, bioes_crf, exported_max_marginals):
+    module = METHODS[method](bioes_crf)
+    example = padded_inputs(len(BIOES_LABELS), batch=4, length=9, seed=0)
+    program = exported_max_marginals if method == "max_marginals" else export_dynamic(module, example)
+    for batch, length in ((5, 37), (4, 2)):
+        arguments = method_arguments(module, padded_inputs(len(BIOES_LABELS), batch, length, seed=1))
+        exported, eager = program.module()(*arguments), module(*arguments)
+        torch.testing.assert_close(exported, eager, rtol=1e-5, atol=1e-4)
+        if method == "max_marginals":
+            mask = arguments[-1]
+            assert torch.equal(exported.argmax(-1)[mask], bioes_crf.decode(*arguments)[mask])
+
+
+def test_exported_program_refuses_sequences_beyond_max_traced_length(exported_max_marginals):
+    emissions = torch.zeros(2, MAX_TRACED_LENGTH + 1, len(BIOES_LABELS))
+    mask = torch.ones(2, MAX_TRACED_LENGTH + 1, dtype=torch.bool)
+    with pytest.raises(AssertionError, match=str(MAX_TRACED_LENGTH)):
+        exported_max_marginals.module()(emissions, mask)
+
+
+def test_onnx_max_marginals_match_pytorch_on_a_new_shape(tmp_path, bioes_crf, exported_max_marginals):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")  # used by the ONNX exporter
+    path = tmp_path / "crf_max_marginals.onnx"
+    torch.onnx.export(exported_max_marginals, dynamo=True).save(path)
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    input_names = [node.name for node in session.get_inputs()]
+    for batch, length in ((5, 37), (4, 1)):
+        inputs = padded_inputs(len(BIOES_LABELS), batch, length, seed=2)
+        emissions, mask = inputs["emissions"], inputs["mask"]
+        (max_marginals,) = session.run(None, dict(zip(input_names, (emissions.numpy(), mask.numpy()))))
+        max_marginals = torch.from_numpy(max_marginals)
+        expected = bioes_crf.max_marginals(emissions, mask).detach()
+        torch.testing.assert_close(max_marginals, expected, rtol=0, atol=1e-4)
+        assert torch.equal(max_marginals.argmax(-1)[mask], expected.argmax(-1)[mask])

@@ -1,7 +1,7 @@
 """Readers, splits and label alignment of run_scripts/data_utils.py."""
 
 import pytest
-from test_run_helpers import data_utils
+from run_script_helpers import data_utils
 
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 
@@ -112,6 +112,18 @@ def test_label_alignment_and_truncation():
     truncated = data_utils.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=4)
     assert truncated["labels"][0] == [-100, 1, 2, -100]
     assert data_utils.count_truncated([3, 1], max_length=4) == 1
+
+
+def test_classification_text_is_split_on_whitespace_like_the_vocabulary():
+    """run_classification.py builds the vocabulary from whitespace-split words: the texts are encoded the same way,
+    one token per word (the tokenizer's raw-text rule would give `century`, `'s`, `co-writer`, `/`, ... instead)."""
+    texts = ["the 21st century's new co-writer/director .", "money.. ok"]
+    tokenizer = build_word_tokenizer([text.split() for text in texts])
+    encoded = data_utils.tokenize_texts({"text": texts, "label": ["1", "0"]}, tokenizer, {"0": 0, "1": 1}, 512)
+    for text, ids in zip(texts, encoded["input_ids"], strict=True):
+        assert ids[1:-1] == tokenizer.convert_tokens_to_ids(text.split())
+        assert tokenizer.unk_token_id not in ids
+    assert encoded["labels"] == [1, 0] and encoded["length"] == [8, 4]
 
 
 def test_unseen_label_error():

@@ -7,6 +7,7 @@ from helpers import build, pad, random_ids, tagger_config, tiny_config
 from torch import nn
 
 from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
+from modeling_slstm.crf import MAX_TRACED_LENGTH
 
 peft = pytest.importorskip("peft", reason="peft is not installed")
 
@@ -67,11 +68,10 @@ def test_export_with_dynamic_batch_and_length(name):
     model_class, config = EXPORTED[name]
     model = build(model_class, config)
     ids, mask = pad(random_ids([4, 2]))
-    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    # The CRF's traced recursions have a fixed number of scan rounds, so the length needs a bound.
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=MAX_TRACED_LENGTH)
     dynamic = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
-    program = torch.export.export(
-        model, (), {"input_ids": ids, "attention_mask": mask.long()}, dynamic_shapes=dynamic
-    )
+    program = torch.export.export(model, (), {"input_ids": ids, "attention_mask": mask.long()}, dynamic_shapes=dynamic)
 
     new_ids, new_mask = pad(random_ids([7, 1, 5], seed=3), side="left")
     exported = program.module()(input_ids=new_ids, attention_mask=new_mask.long())

@@ -14,7 +14,6 @@ from modeling_slstm.pretrained_vectors import (
     load_word_vectors,
 )
 
-
 GLOVE_LINES = ["the 0.1 0.2 0.3", "cat -1 0.5 2e-1", "New 1 1 1", "new 2 2 2"]
 
 
@@ -135,7 +134,15 @@ def test_initialize_embeddings_copies_exact_then_lowercase_matches(embedding, vo
     before = embedding.weight.detach().clone()
     report = initialize_embeddings(embedding, vocabulary, words, vectors)
 
-    assert report == {"vocab_size": 8, "exact": 1, "lowercase": 2, "missing": 1, "coverage": 0.75}
+    assert report == {
+        "vocab_size": 8,
+        "exact": 1,
+        "lowercase": 2,
+        "missing": 1,
+        "coverage": 0.75,
+        "exact_coverage": 0.25,
+        "uncased_vectors": False,
+    }
     weight = embedding.weight.detach()
     np.testing.assert_array_equal(weight[4].numpy(), vectors[0])  # the -> the
     np.testing.assert_array_equal(weight[5].numpy(), vectors[0])  # The -> the
@@ -147,7 +154,15 @@ def test_initialize_embeddings_copies_exact_then_lowercase_matches(embedding, vo
 
 def test_initialize_embeddings_without_lowercase_fallback(embedding, vocabulary):
     report = initialize_embeddings(embedding, vocabulary, *glove_vectors(), lowercase_fallback=False)
-    assert report == {"vocab_size": 8, "exact": 1, "lowercase": 0, "missing": 3, "coverage": 0.25}
+    assert report == {
+        "vocab_size": 8,
+        "exact": 1,
+        "lowercase": 0,
+        "missing": 3,
+        "coverage": 0.25,
+        "exact_coverage": 0.25,
+        "uncased_vectors": False,
+    }
 
 
 def test_initialize_embeddings_rejects_dimension_mismatch(vocabulary):
@@ -164,7 +179,28 @@ def test_initialize_embeddings_rejects_ids_outside_the_embedding(vocabulary):
 def test_format_coverage(embedding, vocabulary):
     line = format_coverage(initialize_embeddings(embedding, vocabulary, *glove_vectors()))
     assert line == (
-        "pretrained vectors for 75.00% of the vocabulary (exact 1, lower-cased 2, missing 1, vocabulary size 8)"
+        "pretrained vectors for 75.00% of the vocabulary, 25.00% by exact lookup (exact 1, lower-cased 2, missing 1, "
+        "vocabulary size 8; cased vectors)"
+    )
+
+
+def test_uncased_vectors_initialise_a_cased_vocabulary_through_lower_case():
+    """GloVe 6B has lower-case words only: the cased words of a cased vocabulary take their lower-cased vector, and
+    the report tells how much of the coverage that lookup adds."""
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(9, 2, padding_idx=0)
+    vocabulary = {"<pad>": 0, "<unk>": 1, "<s>": 2, "</s>": 3, "the": 4, "Paris": 5, "EU": 6, "paris": 7, "Zorg": 8}
+    words, vectors = ["the", "paris", "eu", "."], np.arange(8, dtype=np.float32).reshape(4, 2)
+    report = initialize_embeddings(embedding, vocabulary, words, vectors)
+    assert report["uncased_vectors"] is True
+    assert (report["exact"], report["lowercase"], report["missing"]) == (2, 2, 1)
+    assert (report["exact_coverage"], report["coverage"]) == (0.4, 0.8)
+    weight = embedding.weight.detach()
+    for token, row in [("the", 0), ("Paris", 1), ("paris", 1), ("EU", 2)]:
+        np.testing.assert_array_equal(weight[vocabulary[token]].numpy(), vectors[row])
+    assert format_coverage(report).endswith("; uncased vectors: cased words looked up lower-cased)")
+    assert format_coverage(report).startswith(
+        "pretrained vectors for 80.00% of the vocabulary, 40.00% by exact lookup"
     )
 
 

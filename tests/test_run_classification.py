@@ -1,7 +1,7 @@
 """run_scripts/run_classification.py end to end on generated files and on slices of the shared data."""
 
 import pytest
-from test_run_helpers import read_json, run_args, run_main
+from run_script_helpers import assert_classification_scores_match, data_utils, read_json, run_args, run_main
 
 
 def cls_args(output_dir, paths=None, **options):
@@ -32,6 +32,12 @@ def test_generated_text_label_files(tmp_path, monkeypatch):
     lines = (out / "predictions.txt").read_text().splitlines()
     assert lines[0] == "gold\tpredicted\ttext" and len(lines) == 25
     assert read_json(out / "config.json")["classifier_pooling"] == "attention"
+    # scikit-learn on test_predictions.tsv gives exactly the reported metrics, and so does rescore_predictions.py
+    assert_classification_scores_match(out, data_utils.read_text_label_file(paths["test"]))
+    import rescore_predictions
+
+    rescored = rescore_predictions.main(["--predictions_file", str(out / "test_predictions.tsv")])
+    assert (rescored["accuracy"], rescored["macro_f1"]) == (results["test_accuracy"], results["test_macro_f1"])
 
 
 @pytest.mark.slow
@@ -75,6 +81,7 @@ def test_movie_review_slice(tmp_path, monkeypatch, shared_data):
     )
     results = read_json(out / "all_results.json")
     assert results["test_samples"] == 40 and 0.0 <= results["test_macro_f1"] <= 1.0
+    assert_classification_scores_match(out, data_utils.read_rt_polarity(directory)["test"][:40])
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 from accelerate.commands.config.config_args import ClusterConfig
-from test_run_helpers import REPO, training_arguments, training_setup
+from run_script_helpers import REPO, training_arguments, training_setup
 from transformers import AutoConfig, HfArgumentParser
 
 from modeling_slstm import SLSTMConfig

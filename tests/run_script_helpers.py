@@ -6,6 +6,7 @@ Fixtures (isolated Hugging Face caches, the shared benchmark data) are in confte
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ SCRIPTS = REPO / "run_scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-# The run_scripts modules, importable by the tests as `from test_run_helpers import data_utils` (whatever the order
+# The run_scripts modules, importable by the tests as `from run_script_helpers import data_utils` (whatever the order
 # in which isort puts the imports of a test module).
 import data_utils
 import training_arguments
@@ -23,6 +24,8 @@ import training_setup
 
 __all__ = ["REPO", "SCRIPTS", "data_utils", "training_arguments", "training_setup"]
 
+# The labels of write_generated_ner's corpus (IOB2), in the order of the model's labels.
+GENERATED_NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 NER_CONFIG = "hub_configs/slstm-ner-crf-small.json"
 TINY_MODEL = "hidden_size=16,embedding_dim=16,num_steps=2"
 COMMON_TRAINING = {
@@ -103,6 +106,74 @@ def run_main(module_name: str, argv: list[str], monkeypatch) -> None:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def free_port() -> int:
+    """A TCP port that nothing listens on now (the launchers' rendezvous; fixed ports collide across runs)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def torchrun(port: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
+
+
+def read_columns(path: Path) -> list[list[list[str]]]:
+    """The sentences of a `token gold predicted` file as lists of columns (read here, not with data_utils)."""
+    sentences, current = [], []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            current.append(line.split("\t"))
+        elif current:
+            sentences.append([list(column) for column in zip(*current, strict=True)])
+            current = []
+    if current:
+        sentences.append([list(column) for column in zip(*current, strict=True)])
+    return sentences
+
+
+def assert_tag_scores_match(output_dir: Path, gold_file: Path, gold_scheme: str = "IOB2", strict: bool = False):
+    """Oracle of run_ner.py's test metrics: seqeval (default mode, or strict IOB2) and token accuracy recomputed from
+    `test_predictions.txt` must EQUAL the reported `test_f1`/`test_precision`/`test_recall`/`test_accuracy`; the file's
+    words and gold column must be the gold test file's (converted from `gold_scheme` to IOB2), in its order."""
+    from seqeval.metrics import f1_score, precision_score, recall_score
+    from seqeval.scheme import IOB2
+
+    from modeling_slstm.tag_schemes import convert_tag_sequence
+
+    results = read_json(Path(output_dir) / "all_results.json")
+    rows = read_columns(Path(output_dir) / "test_predictions.txt")
+    expected = data_utils.read_conll(gold_file)[: results["test_samples"]]
+    assert [tokens for tokens, _, _ in rows] == [sentence["tokens"] for sentence in expected]
+    gold = [gold for _, gold, _ in rows]
+    assert gold == [convert_tag_sequence(sentence["tags"], gold_scheme, "IOB2") for sentence in expected]
+    predicted = [predicted for _, _, predicted in rows]
+    assert all(tag == "O" or tag[:2] in ("B-", "I-") for tags in predicted for tag in tags)  # IOB2 prefixes only
+    mode = {"mode": "strict", "scheme": IOB2} if strict else {}
+    assert results["test_f1"] == f1_score(gold, predicted, **mode)
+    assert results["test_precision"] == precision_score(gold, predicted, **mode)
+    assert results["test_recall"] == recall_score(gold, predicted, **mode)
+    pairs = [(g, p) for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps, strict=True)]
+    assert results["test_accuracy"] == sum(g == p for g, p in pairs) / len(pairs)
+    return results
+
+
+def assert_classification_scores_match(output_dir: Path, test_examples: list[dict]):
+    """Oracle of run_classification.py's test metrics: scikit-learn's accuracy and macro-F1 on the label columns of
+    `test_predictions.tsv` must EQUAL the reported ones; its texts and gold labels are the test data's, in order."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    results = read_json(Path(output_dir) / "all_results.json")
+    text = (Path(output_dir) / "test_predictions.tsv").read_text(encoding="utf-8")
+    lines = text.split("\n")  # not splitlines(): a latin-1 text may hold U+0085, a line break to splitlines()
+    assert lines[0] == "text\tgold\tpredicted" and lines[-1] == ""
+    rows = [line.split("\t") for line in lines[1:-1]]
+    assert [(text, gold) for text, gold, _ in rows] == [(e["text"], e["label"]) for e in test_examples]
+    gold, predicted = [row[1] for row in rows], [row[2] for row in rows]
+    assert results["test_accuracy"] == accuracy_score(gold, predicted)
+    assert results["test_macro_f1"] == f1_score(gold, predicted, average="macro")
+    return results
 
 
 def run_subprocess(args: list[str], env_extra: dict | None = None, timeout=240, check=True):

