@@ -772,7 +772,9 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
             return attention_mask
         special = [self.config.pad_token_id, self.config.bos_token_id, self.config.eos_token_id]
         special = torch.tensor([t for t in special if t is not None], device=input_ids.device)
-        return attention_mask & ~torch.isin(input_ids, special)
+        # A comparison with each id rather than `torch.isin`, which has no ONNX translation.
+        is_special = (input_ids.unsqueeze(-1) == special).any(dim=-1)  # (batch, seq)
+        return attention_mask & ~is_special
 
 
 SLSTMConfig.register_for_auto_class()

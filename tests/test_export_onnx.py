@@ -1,0 +1,65 @@
+"""run_scripts/export_onnx.py: ONNX export with default settings of every task model, checked in onnxruntime on a
+new, padded batch (logits within 1e-4 at real positions; the CRF's Viterbi path identical)."""
+
+import pytest
+from helpers import build, tagger_config, tiny_config
+from run_script_helpers import SCRIPTS  # noqa: F401  (puts run_scripts/ on sys.path)
+
+from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
+from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxscript")  # used by torch's ONNX exporter
+
+import export_onnx  # noqa: E402
+
+WORDS = [["Just", "landed", "in", "New", "York", "."], ["Madison", "Square", "Garden", "tonight", "U.S.", "Hi", "!"]]
+
+MODELS = {
+    "encoder": (SLSTMModel, tiny_config, {}),
+    "sentence_pooling": (SLSTMForSequenceClassification, tiny_config, {"num_labels": 3}),
+    "attention_pooling": (
+        SLSTMForSequenceClassification,
+        tiny_config,
+        {"num_labels": 3, "classifier_pooling": "attention"},
+    ),
+    "mean_pooling": (SLSTMForSequenceClassification, tiny_config, {"num_labels": 3, "classifier_pooling": "mean"}),
+    "softmax_tagger": (SLSTMForTokenClassification, tagger_config, {}),
+    "crf_tagger_bioes_chars": (
+        SLSTMForTokenClassification,
+        tagger_config,
+        {"use_crf": True, "head_tag_scheme": "BIOES", "use_char_features": True, "char_dropout": 0.0},
+    ),
+}
+
+
+def saved_model(directory, name: str):
+    """A random tiny model of kind `name` with a tokenizer of `WORDS`, saved as a training script saves one."""
+    model_class, make_config, settings = MODELS[name]
+    tokenizer = build_word_tokenizer(WORDS)
+    config = make_config(**settings)
+    update_config_from_tokenizer(config, tokenizer)
+    model = build(model_class, config)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_export_runs_in_onnxruntime_like_pytorch(tmp_path, capsys, name):
+    model_dir = saved_model(tmp_path / "model", name)
+    output = tmp_path / "model.onnx"
+    differences = export_onnx.main(["--model_dir", str(model_dir), "--output", str(output)])
+    assert output.is_file()
+    expected_outputs = {"last_hidden_state", "pooler_output"} if name == "encoder" else {"logits"}
+    assert set(differences) == expected_outputs
+    assert max(differences.values()) < 1e-4
+    printed = capsys.readouterr().out
+    assert all(f"{output_name}: max |onnxruntime - PyTorch|" in printed for output_name in expected_outputs)
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no config.json there"):
+        export_onnx.main(["--model_dir", str(tmp_path / "missing"), "--output", str(tmp_path / "m.onnx")])
+    assert not (tmp_path / "m.onnx").exists()
