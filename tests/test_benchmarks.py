@@ -168,3 +168,21 @@ def test_onednn_step_matches_default_matmuls():
     torch.testing.assert_close(results[0][0], results[1][0], atol=1e-5, rtol=1e-5)
     for with_onednn, default in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(with_onednn, default, atol=1e-5, rtol=1e-4)
+
+
+def test_training_throughput_benchmark_tiny(tmp_path, capsys):
+    """benchmark_training_throughput.py on a generated CoNLL file: one row per setup, with consistent rates and
+    shares."""
+    from run_script_helpers import write_generated_ner
+
+    benchmark = importlib.import_module("benchmark_training_throughput")
+    paths = write_generated_ner(tmp_path, n_train=30)
+    argv = ["--train_file", str(paths["train"]), "--config_name", "hub_configs/slstm-ner-crf-small.json"]
+    argv += ["--max_tokens_per_batch", "40", "--synthetic_shape", "2", "8", "--steps", "2", "--warmup_steps", "1"]
+    rows = benchmark.main(argv)
+    assert [row["setup"] for row in rows] == ["paper batches", "token budget 40", "synthetic 2x8"]
+    for row in rows:
+        assert row["real_tokens_per_second"] > 0 and 0 <= row["padding_share"] < 1 and 0 <= row["collator_share"] < 1
+        assert row["padded_tokens_per_second"] >= row["real_tokens_per_second"]
+    assert rows[-1]["padding_share"] == 0
+    assert "| paper batches |" in capsys.readouterr().out
