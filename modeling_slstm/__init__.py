@@ -1,7 +1,7 @@
 """Sentence-State LSTM (Zhang, Liu & Song, ACL 2018) for Hugging Face `transformers`.
 
-Importing the package registers the models with the Auto classes, so an installed package loads checkpoints
-without `trust_remote_code`; saved checkpoints also carry the code for `trust_remote_code=True`.
+Importing the package registers the models and the tokenizer with the Auto classes, so an installed package loads
+checkpoints without `trust_remote_code`; saved checkpoints also carry the code for `trust_remote_code=True`.
 """
 
 from transformers import (
@@ -19,6 +19,7 @@ from .modeling_slstm import (
     SLSTMModel,
     SLSTMPreTrainedModel,
 )
+from .tokenization_slstm import SLSTMTokenizer  # registers the tokenizer with AutoTokenizer
 from .weighted_sum import weighted_sum_decomposition
 
 AutoConfig.register(SLSTMConfig.model_type, SLSTMConfig, exist_ok=True)
@@ -33,5 +34,6 @@ __all__ = [
     "SLSTMForTokenClassification",
     "SLSTMModel",
     "SLSTMPreTrainedModel",
+    "SLSTMTokenizer",
     "weighted_sum_decomposition",
 ]

