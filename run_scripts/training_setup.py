@@ -15,10 +15,11 @@ from pathlib import Path
 
 import datasets
 import transformers
+import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedConfig, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from modeling_slstm import SLSTMConfig
+from modeling_slstm import SLSTMConfig, fast_linear
 from modeling_slstm.pretrained_vectors import format_coverage, initialize_embeddings, load_word_vectors
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 
@@ -64,6 +65,18 @@ def setup_logging(training_args: TrainingArguments, logger_names: tuple[str, ...
         f"Process rank {training_args.process_index}, device {training_args.device}, world size "
         f"{training_args.world_size}, distributed {training_args.parallel_mode.value}"
     )
+    warn_if_bf16_is_slow(training_args)
+
+
+def warn_if_bf16_is_slow(training_args: TrainingArguments) -> None:
+    """`--bf16` on a CPU without native bf16 (where autocast made matmuls 18-20x slower): the S-LSTM layers keep their
+    matmuls in float32 there, but say so, and that training without `--bf16` is the better choice."""
+    if training_args.bf16 and training_args.device.type == "cpu" and not fast_linear.cpu_has_fast_bf16():
+        logger.warning(
+            "--bf16 on a CPU without native bf16 (torch.backends.cpu.get_cpu_capability() = "
+            f"{torch.backends.cpu.get_cpu_capability()}): bf16 autocast is many times slower than float32 here. The "
+            "S-LSTM layers keep their matmuls in float32, so this run gains nothing from --bf16; train without it."
+        )
 
 
 def resume_checkpoint(training_args: TrainingArguments) -> str | None:

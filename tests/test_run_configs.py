@@ -184,3 +184,16 @@ def test_config_name_with_model_name_or_path_is_an_error():
         training_arguments.ModelArguments(model_name_or_path="out/ner", config_name="hub_configs/slstm-pos.json")
     with pytest.raises(ValueError, match=r"so --config_name and --config_overrides \(for a fresh model\)"):
         training_arguments.ModelArguments(model_name_or_path="out", config_name="c.json", config_overrides="x=1")
+
+
+@pytest.mark.parametrize("native_bf16", [False, True])
+def test_bf16_on_a_cpu_without_native_bf16_warns(tmp_path, monkeypatch, caplog, native_bf16):
+    monkeypatch.setattr(training_setup.fast_linear, "cpu_has_fast_bf16", lambda: native_bf16)
+    _, _, training_args, _ = training_arguments.parse_training_arguments(
+        training_arguments.DataArguments,
+        ["--train_file", "t.txt", "--output_dir", str(tmp_path), "--use_cpu", "--bf16"],
+    )
+    with caplog.at_level(logging.WARNING):
+        training_setup.warn_if_bf16_is_slow(training_args)
+    warned = [record.getMessage() for record in caplog.records if "without native bf16" in record.getMessage()]
+    assert len(warned) == (0 if native_bf16 else 1)
