@@ -366,8 +366,10 @@ class SLSTMPreTrainedModel(PreTrainedModel):
     `_init_weights` choices: gate matrices (`nn.Linear`) uniform in `±1/sqrt(hidden_size)`, as `torch.nn.LSTM`
     initialises its gates, so that every gate starts in sigmoid's linear range whatever the window or node count;
     biases zero; word embeddings normal with `config.initializer_range` (replaced by pretrained vectors when given)
-    and a zero padding row; the learned initial state `h^0` zero; the CRF's own `reset_parameters` (pytorch-crf's uniform
-    `±0.1` scores, and the scheme constraints, which are masks rather than parameters).
+    and a zero padding row (character embeddings likewise); the learned initial state `h^0` zero; the CRF's own
+    `reset_parameters` (pytorch-crf's uniform `±0.1` scores, and the scheme constraints, which are masks rather than
+    parameters). The character CNN's convolution keeps PyTorch's `nn.Conv1d` initialisation (Kaiming uniform over its
+    fan-in, `char_embedding_dim * char_kernel_size`, which is unrelated to `hidden_size`).
     """
 
     config_class = SLSTMConfig

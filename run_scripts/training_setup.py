@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import datasets
-import transformers
 import torch
+import transformers
 from transformers import AutoConfig, AutoTokenizer, PreTrainedConfig, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
