@@ -37,7 +37,7 @@ from script_arguments import parse_arguments
 from slstm_trainer import TokenBudgetBatchSampler
 from speed_measurement import machine_info
 
-from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification
+from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification, fast_linear
 from modeling_slstm.tag_schemes import split_tag
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 
@@ -52,6 +52,13 @@ class ThroughputArguments:
     batch_size: int = field(default=10, metadata={"help": "sentences per paper batch"})
     max_tokens_per_batch: list[int] = field(default_factory=lambda: [400, 1600], metadata={"help": "token budgets"})
     synthetic_shape: list[int] = field(default_factory=lambda: [32, 128], metadata={"help": "batch and length"})
+    compare_input_gradient: bool = field(
+        default=False,
+        metadata={
+            "help": "also train paper batches with the input gradient always on oneDNN (a transposed copy of the "
+            "weight per call), the step's earlier behaviour: an A/B of `fast_linear._input_gradient`"
+        },
+    )
     steps: int = field(default=30, metadata={"help": "timed optimizer steps per setup"})
     warmup_steps: int = field(default=3, metadata={"help": "untimed steps per setup first"})
     threads: int = field(default=1, metadata={"help": "torch threads"})
@@ -106,17 +113,25 @@ def synthetic_batch(args, config) -> dict[str, torch.Tensor]:
     }
 
 
-class Setup:
-    """One way of batching, with its own model and optimizer; `step()` trains on its next batch and times it."""
+def input_gradient_through_a_weight_copy(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The oneDNN input gradient for every batch size, as the step computed it before `fast_linear._input_gradient`."""
+    return fast_linear._onednn_matmul(grad, weight.t().contiguous())
 
-    def __init__(self, name: str, model, batches):
+
+class Setup:
+    """One way of batching, with its own model and optimizer; `step()` trains on its next batch and times it, with
+    `input_gradient` (default: the package's) as `fast_linear._input_gradient`."""
+
+    def __init__(self, name: str, model, batches, input_gradient=fast_linear._input_gradient):
         self.name = name
         self.model = model
+        self.input_gradient = input_gradient
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-6)
         self.batches = batches  # an iterator of (batch tensors, seconds spent collating)
         self.seconds, self.collate_seconds, self.real_tokens, self.padded_tokens = [], 0.0, 0, 0
 
     def step(self, timed: bool) -> None:
+        fast_linear._input_gradient = self.input_gradient
         start = time.perf_counter()
         batch, collate_seconds = next(self.batches)
         loss = self.model(**batch).loss
@@ -155,16 +170,25 @@ def main(argv=None) -> list[dict]:
     examples = training_examples(args.train_file, tokenizer, {label: i for i, label in enumerate(labels)})
     collator = DataCollatorForTokenClassification(tokenizer, return_tensors="pt")
 
+    orders = batch_orders(args, examples)
     setups = [
         Setup(name, fresh_model(args, tokenizer, labels), collated(collator, examples, order))
-        for name, order in batch_orders(args, examples).items()
+        for name, order in orders.items()
     ]
+    if args.compare_input_gradient:
+        batches = collated(collator, examples, orders["paper batches"])
+        model = fresh_model(args, tokenizer, labels)
+        setups.append(Setup("paper batches, weight copy", model, batches, input_gradient_through_a_weight_copy))
     synthetic_model = fresh_model(args, tokenizer, labels)
     synthetic_name = "synthetic {}x{}".format(*args.synthetic_shape)
     setups.append(Setup(synthetic_name, synthetic_model, repeated(synthetic_batch(args, synthetic_model.config))))
-    for step in range(args.warmup_steps + args.steps):
-        for setup in setups:
-            setup.step(timed=step >= args.warmup_steps)
+    package_input_gradient = fast_linear._input_gradient
+    try:
+        for step in range(args.warmup_steps + args.steps):
+            for setup in setups:
+                setup.step(timed=step >= args.warmup_steps)
+    finally:
+        fast_linear._input_gradient = package_input_gradient
 
     info = machine_info(torch.device("cpu"))
     print(

@@ -142,6 +142,8 @@ def compare(model, names, inputs: dict[str, torch.Tensor], path: str) -> dict[st
 
 def main(argv=None) -> dict[str, float]:
     args = parse_arguments(ExportArguments, argv, description=__doc__)
+    if not Path(args.output).resolve().parent.is_dir():
+        raise FileNotFoundError(f"--output {args.output}: the folder {Path(args.output).parent} does not exist")
     model, names, tokenizer = load(args.model_dir)
     export(model, names, encode(tokenizer, EXPORT_SENTENCES), args.output)
     differences = compare(model, names, encode(tokenizer, CHECK_SENTENCES), args.output)

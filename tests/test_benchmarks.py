@@ -179,10 +179,33 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
     paths = write_generated_ner(tmp_path, n_train=30)
     argv = ["--train_file", str(paths["train"]), "--config_name", "hub_configs/slstm-ner-crf-small.json"]
     argv += ["--max_tokens_per_batch", "40", "--synthetic_shape", "2", "8", "--steps", "2", "--warmup_steps", "1"]
-    rows = benchmark.main(argv)
-    assert [row["setup"] for row in rows] == ["paper batches", "token budget 40", "synthetic 2x8"]
+    rows = benchmark.main([*argv, "--compare_input_gradient"])
+    setups = ["paper batches", "token budget 40", "paper batches, weight copy", "synthetic 2x8"]
+    assert [row["setup"] for row in rows] == setups
+    assert fast_linear._input_gradient is not benchmark.input_gradient_through_a_weight_copy  # put back
     for row in rows:
         assert row["real_tokens_per_second"] > 0 and 0 <= row["padding_share"] < 1 and 0 <= row["collator_share"] < 1
         assert row["padded_tokens_per_second"] >= row["real_tokens_per_second"]
     assert rows[-1]["padding_share"] == 0
     assert "| paper batches |" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
+@pytest.mark.parametrize("rows", [3, 40])  # fewer and more rows than the weight's 20: both input-gradient paths
+def test_onednn_linear_gradients_match_pytorch(rows):
+    torch.manual_seed(0)
+    layer = fast_linear.SLSTMLinear(7, 20)
+    inputs = torch.randn(rows, 7, requires_grad=True)
+    fast_linear.set_matmul_backend("onednn")
+    try:
+        output = layer(inputs)
+        output.pow(2).sum().backward()
+    finally:
+        fast_linear.set_matmul_backend(None)
+    reference_inputs = inputs.detach().clone().requires_grad_()
+    reference_weight = layer.weight.detach().clone().requires_grad_()
+    reference = torch.nn.functional.linear(reference_inputs, reference_weight, layer.bias.detach())
+    reference.pow(2).sum().backward()
+    torch.testing.assert_close(output, reference)
+    torch.testing.assert_close(inputs.grad, reference_inputs.grad)
+    torch.testing.assert_close(layer.weight.grad, reference_weight.grad)

@@ -59,7 +59,10 @@ def test_export_runs_in_onnxruntime_like_pytorch(tmp_path, capsys, name):
     assert all(f"{output_name}: max |onnxruntime - PyTorch|" in printed for output_name in expected_outputs)
 
 
-def test_missing_model_folder_is_a_clear_error(tmp_path):
+def test_missing_folders_are_clear_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="no config.json there"):
         export_onnx.main(["--model_dir", str(tmp_path / "missing"), "--output", str(tmp_path / "m.onnx")])
     assert not (tmp_path / "m.onnx").exists()
+    model_dir = saved_model(tmp_path / "model", "softmax_tagger")
+    with pytest.raises(FileNotFoundError, match="the folder .*no_such_folder does not exist"):
+        export_onnx.main(["--model_dir", str(model_dir), "--output", str(tmp_path / "no_such_folder" / "m.onnx")])
