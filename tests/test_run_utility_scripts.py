@@ -157,3 +157,16 @@ def test_rescore_bad_files(tmp_path):
         rescore(no_header)
     with pytest.raises(ValueError, match="--mode: 'lenient' is not a valid choice"):
         rescore(bad, "--mode", "lenient")
+
+
+def test_most_frequent_tag_baseline(tmp_path, capsys):
+    import most_frequent_tag
+
+    train = tmp_path / "train.txt"
+    train.write_text("the DT\ndog NN\nruns VBZ\n\nthe DT\nruns NNS\nruns VBZ\n\ncat NN\n\n")  # 3rd: cut
+    test = tmp_path / "test.txt"
+    test.write_text("the DT\nruns NNS\ncat NN\n\nthe DT\n\n")
+    # the -> DT, runs -> VBZ (2 of 3), cat unseen -> DT (the most frequent tag overall, 2 DT vs 2 VBZ: seen first)
+    args = ["--train_file", str(train), "--test_file", str(test), "--max_train_samples", "2"]
+    assert most_frequent_tag.main(args) == 2 / 4
+    assert "most-frequent-tag accuracy 0.5000 on 4 tokens (25.0% unseen in training)" in capsys.readouterr().out
