@@ -17,20 +17,22 @@ How text is split into words:
 - Raw text: split on whitespace, then every chunk is cut into the successive matches of `WORD_PATTERN`, the first
   alternative that matches winning, as CoNLL-2003 / Penn-Treebank text is tokenised:
 
-  1. letters each followed by a period, two or more: `U.S.`, `e.g.`, `U.S.A.`;
-  2. a title or company abbreviation with its period: `Mr.`, `Mrs.`, `Ms.`, `Dr.`, `Prof.`, `St.`, `Jr.`, `Sr.`,
+  1. a web address, without the punctuation that ends the chunk: `http://bit.ly/aQun1b`, `www.reuters.com`;
+  2. a user mention or hashtag, as social-media corpora (WNUT) keep them: `@The_Score`, `#NFL`;
+  3. letters each followed by a period, two or more: `U.S.`, `e.g.`, `U.S.A.`;
+  4. a title or company abbreviation with its period: `Mr.`, `Mrs.`, `Ms.`, `Dr.`, `Prof.`, `St.`, `Jr.`, `Sr.`,
      `Inc.`, `Ltd.`, `Co.`, `Corp.`;
-  3. digits joined by `.`, `,`, `:` or `/`: `1,000`, `3.5`, `12:30`, `1/2`;
-  4. letters and digits, joined by single `-`, `&`, `.` or an apostrophe that does not start a clitic: `e-mail`,
+  5. digits joined by `.`, `,`, `:` or `/`: `1,000`, `3.5`, `12:30`, `1/2`;
+  6. letters and digits, joined by single `-`, `&`, `.` or an apostrophe that does not start a clitic: `e-mail`,
      `AT&T`, `reuters.com`, `O'Neill`, `don't`, `3rd`, `1996-08-22`;
-  5. an English clitic: `'s`, `'re`, `'ve`, `'ll`, `'d`, `'m`;
-  6. a run of periods or of hyphens: `...`, `--`;
-  7. any other single character (punctuation, symbols): `,` `.` `(` `$` `%` `"` `<`.
+  7. an English clitic: `'s`, `'re`, `'ve`, `'ll`, `'d`, `'m`;
+  8. a run of periods or of hyphens: `...`, `--`;
+  9. any other single character (punctuation, symbols): `,` `.` `(` `$` `%` `"` `<`.
 
   So "Just landed in New York, heading to Madison Square Garden." gives `Just landed in New York , heading to
   Madison Square Garden .`, and "York's" gives `York 's`. A final period is split off every other word (`York.`
   gives `York .`), single initials included (`J.` gives `J .`), since a capital and a period also end sentences
-  ("plan B."); a sentence that ends with an abbreviation of rule 2 keeps its period on it.
+  ("plan B."); a sentence that ends with an abbreviation of rule 4 keeps its period on it.
 
 Character ids (`char_ids`, shape `(sequence, max_word_length)` per sentence): a character vocabulary built from the
 training words (their original spelling: case is kept even with `lowercase=True`), after four reserved entries:
@@ -70,6 +72,8 @@ _CLITIC = r"'(?:[sSdDmM]|re|RE|ve|VE|ll|LL)(?!\p{L})"
 _WORD_CHARACTER = r"[\p{L}\p{M}\p{N}]"
 WORD_PATTERN = "|".join(
     [
+        r"(?:https?://|www\.)\S+?(?=[.,;:!?)\]\"']*$)",
+        r"[@#][\p{L}\p{N}_]+",
         r"(?:\p{L}\.){2,}",
         r"(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp)\.",
         r"\p{N}+(?:[.,:/]\p{N}+)+",

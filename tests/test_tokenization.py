@@ -181,6 +181,9 @@ def test_min_frequency_below_one_is_rejected():
                                                                     "%", "..."]),
         ("Mr. O'Neill's AT&T deal -- reuters.com", ["Mr.", "O'Neill", "'s", "AT&T", "deal", "--", "reuters.com"]),
         ("don't stop, they're 3rd in Zürich!", ["don't", "stop", ",", "they", "'re", "3rd", "in", "Zürich", "!"]),
+        ("Go @The_Score #NFL, see http://bit.ly/aQun1b.", ["Go", "@The_Score", "#NFL", ",", "see",
+                                                          "http://bit.ly/aQun1b", "."]),
+        ("(www.reuters.com/a?b=1) @ 5 # 2", ["(", "www.reuters.com/a?b=1", ")", "@", "5", "#", "2"]),
     ],
 )  # fmt: skip
 def test_raw_text_is_split_like_conll_data(tokenizer, text, words):
