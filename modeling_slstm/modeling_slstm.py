@@ -139,9 +139,6 @@ class SLSTMEmbeddings(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.vocab_size = config.vocab_size
-        self.embedding_dim = config.embedding_dim
-        self.char_vocab_size = config.char_vocab_size
         self.output_dim = word_representation_dim(config)
         self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
         self.char_encoder = SLSTMCharCNN(config) if config.use_char_features else None
@@ -161,11 +158,15 @@ class SLSTMEmbeddings(nn.Module):
         if inputs_embeds is None:
             if input_ids.dim() != 2:
                 raise ValueError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
-            check_values_in_range(input_ids, self.vocab_size, "input_ids", "vocab_size")
+            # The embedding's own size, not the config's at construction: `resize_token_embeddings` and
+            # `set_input_embeddings` replace the embedding.
+            vocab_size = self.word_embeddings.num_embeddings
+            check_values_in_range(input_ids, vocab_size, "input_ids", "vocab_size")
             inputs_embeds = self.word_embeddings(input_ids)  # (batch, seq, embedding_dim)
-        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.embedding_dim:
+        elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.word_embeddings.embedding_dim:
             raise ValueError(
-                f"inputs_embeds must have shape (batch, seq, {self.embedding_dim}), got {tuple(inputs_embeds.shape)}"
+                f"inputs_embeds must have shape (batch, seq, {self.word_embeddings.embedding_dim}), got "
+                f"{tuple(inputs_embeds.shape)}"
             )
         if inputs_embeds.shape[1] == 0:
             raise ValueError("The input sequence is empty (seq = 0); the encoder needs at least one token")
@@ -187,7 +188,8 @@ class SLSTMEmbeddings(nn.Module):
                 f"char_ids must have shape (batch, seq, max_word_length) with (batch, seq) = "
                 f"{tuple(word_embeds.shape[:2])} like the input, got {tuple(char_ids.shape)}"
             )
-        check_values_in_range(char_ids, self.char_vocab_size, "char_ids", "char_vocab_size")
+        char_vocab_size = self.char_encoder.char_embeddings.num_embeddings
+        check_values_in_range(char_ids, char_vocab_size, "char_ids", "char_vocab_size")
         return self.char_encoder(char_ids).to(word_embeds.dtype)
 
 
