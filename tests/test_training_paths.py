@@ -82,6 +82,16 @@ def gradients(model) -> dict[str, torch.Tensor]:
     return {name: parameter.grad.clone() for name, parameter in model.named_parameters() if parameter.grad is not None}
 
 
+def backward_once(model, inputs: dict, runner=None) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """`(loss, output, gradients)` of one backward pass of `runner` (default: `model`; e.g. its `torch.compile`
+    wrapper) on `inputs`, the gradients read from `model`'s parameters and then zeroed."""
+    loss, output = run(runner if runner is not None else model, inputs)
+    loss.backward()
+    grads = gradients(model)
+    model.zero_grad()
+    return loss, output, grads
+
+
 def assert_same_gradients(actual: dict, expected: dict, **tolerance):
     assert actual.keys() == expected.keys()
     for name, grad in expected.items():
@@ -256,10 +266,7 @@ BF16_TOLERANCE = {False: 1e-2, True: 5e-2}  # absolute, on outputs of magnitude 
 def test_bf16_autocast_forward_and_backward(kind, bf16_fast_path):
     model = build(KINDS[kind][0], config_of(kind))
     inputs = batch()
-    loss, output = run(model, inputs)
-    loss.backward()
-    reference = gradients(model)
-    model.zero_grad()
+    loss, output, reference = backward_once(model, inputs)
 
     bf16_loss, bf16_output = bf16_loss_and_output(model, inputs)
     bf16_grads = gradients(model)
@@ -362,16 +369,12 @@ def assert_compiled_matches_eager(model, compiled, tolerance: float = 1e-5):
     """Outputs, loss and gradients of `compiled` equal `model`'s; for a token classifier also at inference (no labels:
     the CRF decodes its inference chain)."""
     inputs = batch()
-    eager_loss, eager_output = run(model, inputs)
-    eager_loss.backward()
-    eager_grads = gradients(model)
-    model.zero_grad()
-    loss, output = run(compiled, inputs)
-    loss.backward()
+    eager_loss, eager_output, eager_grads = backward_once(model, inputs)
+    loss, output, grads = backward_once(model, inputs, runner=compiled)
     close = {"rtol": tolerance, "atol": tolerance}
     torch.testing.assert_close(output, eager_output, **close)
     torch.testing.assert_close(loss, eager_loss, **close)
-    assert_same_gradients(gradients(model), eager_grads, **close)
+    assert_same_gradients(grads, eager_grads, **close)
     if isinstance(model, SLSTMForTokenClassification):
         with torch.no_grad():
             inference, eager_inference = run(compiled, batch(False))[1], run(model, batch(False))[1]
