@@ -64,6 +64,11 @@ apparel_chars() {
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_movie_review_chars"
 for name in ${@:-$ALL}; do
+    # A finished run (its test metrics written) is not resumed: that would train it past its early stop.
+    if [ -f "$RUNS_DIR/$name/test_results.json" ]; then
+        echo "== $(date -u +%FT%TZ) $name already finished, skipped" | tee -a "$RUNS_DIR/real_runs.log"
+        continue
+    fi
     echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), ${COMMON[*]: -1})" | tee -a "$RUNS_DIR/real_runs.log"
     "$name" >> "$RUNS_DIR/$name.log" 2>&1
     echo "== $(date -u +%FT%TZ) end $name (exit $?)" | tee -a "$RUNS_DIR/real_runs.log"
