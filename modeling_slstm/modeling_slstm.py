@@ -788,8 +788,8 @@ SLSTMForTokenClassification.register_for_auto_class("AutoModelForTokenClassifica
 
 
 __all__ = [
-    "SLSTMPreTrainedModel",
-    "SLSTMModel",
     "SLSTMForSequenceClassification",
     "SLSTMForTokenClassification",
+    "SLSTMModel",
+    "SLSTMPreTrainedModel",
 ]

@@ -100,7 +100,7 @@ def _validated_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[st
     for index, sentence in enumerate(sentences):
         # A bare string would be iterated character by character and silently give a character vocabulary.
         if isinstance(sentence, str):
-            raise ValueError(
+            raise TypeError(
                 f"Expected each training sentence to be a sequence of words, got the string {sentence!r} at index "
                 f"{index}; split it into words first."
             )

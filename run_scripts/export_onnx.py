@@ -134,9 +134,10 @@ def compare(model, names, inputs: dict[str, torch.Tensor], path: str) -> dict[st
         got = onnx_outputs[name]
         at_real = (got - expected)[real] if expected.dim() == 3 else got - expected
         differences[name] = at_real.abs().max().item()
-    if getattr(model, "crf", None) is not None:
-        if not torch.equal(onnx_outputs["logits"].argmax(-1)[real], torch_outputs[0].argmax(-1)[real]):
-            raise AssertionError(f"{path}: the ONNX CRF decodes another tag path than PyTorch")
+    if getattr(model, "crf", None) is not None and not torch.equal(
+        onnx_outputs["logits"].argmax(-1)[real], torch_outputs[0].argmax(-1)[real]
+    ):
+        raise AssertionError(f"{path}: the ONNX CRF decodes another tag path than PyTorch")
     return differences
 
 

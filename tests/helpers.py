@@ -11,17 +11,17 @@ BIO_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
 def tiny_config(**overrides) -> SLSTMConfig:
     """A small config without dropout; `overrides` replace any setting."""
-    settings = dict(
-        vocab_size=VOCAB_SIZE,
-        embedding_dim=5,
-        hidden_size=6,
-        num_steps=3,
-        window_size=1,
-        num_sentence_nodes=1,
-        embedding_dropout=0.0,
-        hidden_dropout=0.0,
-        classifier_dropout=0.0,
-    )
+    settings = {
+        "vocab_size": VOCAB_SIZE,
+        "embedding_dim": 5,
+        "hidden_size": 6,
+        "num_steps": 3,
+        "window_size": 1,
+        "num_sentence_nodes": 1,
+        "embedding_dropout": 0.0,
+        "hidden_dropout": 0.0,
+        "classifier_dropout": 0.0,
+    }
     settings.update(overrides)
     return SLSTMConfig(**settings)
 
@@ -32,21 +32,21 @@ MAX_WORD_LENGTH = 6
 
 def char_settings(**overrides) -> dict:
     """Small character-feature settings without dropout, for `tiny_config(**char_settings())` and the baselines."""
-    settings = dict(
-        use_char_features=True,
-        char_vocab_size=CHAR_VOCAB_SIZE,
-        char_embedding_dim=4,
-        char_hidden_size=3,
-        char_kernel_size=3,
-        char_dropout=0.0,
-    )
+    settings = {
+        "use_char_features": True,
+        "char_vocab_size": CHAR_VOCAB_SIZE,
+        "char_embedding_dim": 4,
+        "char_hidden_size": 3,
+        "char_kernel_size": 3,
+        "char_dropout": 0.0,
+    }
     settings.update(overrides)
     return settings
 
 
 def tagger_config(**overrides) -> SLSTMConfig:
     """`tiny_config` with the BIO labels of `BIO_LABELS`."""
-    labels = dict(id2label=dict(enumerate(BIO_LABELS)), label2id={label: i for i, label in enumerate(BIO_LABELS)})
+    labels = {"id2label": dict(enumerate(BIO_LABELS)), "label2id": {label: i for i, label in enumerate(BIO_LABELS)}}
     return tiny_config(**{**labels, **overrides})
 
 

@@ -11,7 +11,7 @@ from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_confi
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")  # used by torch's ONNX exporter
 
-import export_onnx  # noqa: E402
+import export_onnx  # only once the optional ONNX packages are known to be there
 
 WORDS = [["Just", "landed", "in", "New", "York", "."], ["Madison", "Square", "Garden", "tonight", "U.S.", "Hi", "!"]]
 

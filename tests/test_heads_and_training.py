@@ -109,11 +109,11 @@ def test_loss_kwargs_acceptance():
 
 GRADCHECK_CONFIGS = {
     "paper": {},
-    "softmax_gates": dict(gate_normalization="softmax"),
-    "linear_content": dict(context_independent_content=True),
-    "no_output_gate": dict(remove_output_gate=True),
-    "no_sentence_node": dict(num_sentence_nodes=0),
-    "two_nodes_window_2": dict(num_sentence_nodes=2, window_size=2, gate_normalization="softmax"),
+    "softmax_gates": {"gate_normalization": "softmax"},
+    "linear_content": {"context_independent_content": True},
+    "no_output_gate": {"remove_output_gate": True},
+    "no_sentence_node": {"num_sentence_nodes": 0},
+    "two_nodes_window_2": {"num_sentence_nodes": 2, "window_size": 2, "gate_normalization": "softmax"},
 }
 
 

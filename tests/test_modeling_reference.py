@@ -124,9 +124,9 @@ def reference_forward(model, ids):
 
 SIMPLIFICATIONS = {
     "full": {},
-    "linear_content": dict(context_independent_content=True),
-    "no_output_gate": dict(remove_output_gate=True),
-    "both": dict(context_independent_content=True, remove_output_gate=True),
+    "linear_content": {"context_independent_content": True},
+    "no_output_gate": {"remove_output_gate": True},
+    "both": {"context_independent_content": True, "remove_output_gate": True},
 }
 
 

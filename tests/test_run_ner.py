@@ -487,8 +487,8 @@ def test_early_stopping_ends_training_when_dev_stops_improving(tmp_path, monkeyp
     after epoch 2."""
     paths = write_generated_ner(tmp_path)
     out = tmp_path / "out"
-    options = dict(num_train_epochs=5, learning_rate=0.0, eval_strategy="epoch", save_strategy="epoch")
-    options |= dict(load_best_model_at_end=True, metric_for_best_model="f1", early_stopping_patience=1)
+    options = {"num_train_epochs": 5, "learning_rate": 0.0, "eval_strategy": "epoch", "save_strategy": "epoch"}
+    options |= {"load_best_model_at_end": True, "metric_for_best_model": "f1", "early_stopping_patience": 1}
     run_main("run_ner", run_args(out, paths, do_predict=None, **options), monkeypatch)
     state = read_json(out / "trainer_state.json")
     assert state["epoch"] == 2

@@ -36,7 +36,7 @@ MODELS = {
 def inputs():
     """A left-padded batch; `char_ids` are read by the models with character features only."""
     ids, mask = pad(random_ids([5, 2]), side="left")
-    return dict(input_ids=ids, attention_mask=mask, char_ids=pad_spellings(random_spellings([5, 2]), side="left"))
+    return {"input_ids": ids, "attention_mask": mask, "char_ids": pad_spellings(random_spellings([5, 2]), side="left")}
 
 
 def outputs(model):
@@ -95,7 +95,10 @@ if "text" in data:  # the tokenizer saved with the checkpoint, from its copied c
 expected = data.pop("logits")
 with torch.no_grad():
     logits = model(**data).logits
-assert torch.equal(logits, expected), (logits - expected).abs().max()
+# Equal up to float summation order: the matmul library may split the work over another number of threads in
+# another process (MKL adapts it to the machine's load), so bit-equality is not guaranteed across processes.
+assert torch.allclose(logits, expected, rtol=0, atol=1e-5), (logits - expected).abs().max()
+assert torch.equal(logits.argmax(-1), expected.argmax(-1))
 print("fresh process OK")
 """
 
@@ -114,7 +117,7 @@ def run_without_the_package(tmp_path, checkpoint, data: dict) -> None:
     arguments = [str(checkpoint), str(tmp_path / "data.pt"), module_cache, *site_dirs]
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-c", FRESH_PROCESS, *arguments],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "fresh process OK" in result.stdout
@@ -163,7 +166,12 @@ def test_installed_package_loads_model_and_tokenizer_without_trust_remote_code(t
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     result = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["modeling_slstm.tokenization_slstm", "modeling_slstm.modeling_slstm"]

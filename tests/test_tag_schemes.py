@@ -171,7 +171,7 @@ def test_encoded_sequences_respect_allowed_transitions(scheme, prefixes):
         length = rng.randint(1, 12)
         ids = [labels.index(tag) for tag in spans_to_tags(random_spans(rng, length), length, scheme)]
         assert start_allowed[ids[0]] and end_allowed[ids[-1]]
-        assert all(transition_allowed[a][b] for a, b in zip(ids[:-1], ids[1:]))
+        assert all(transition_allowed[a][b] for a, b in itertools.pairwise(ids))
 
 
 @pytest.mark.parametrize(

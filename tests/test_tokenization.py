@@ -155,7 +155,7 @@ def test_empty_training_data_is_rejected(sentences):
 
 
 def test_unsplit_sentence_is_rejected():
-    with pytest.raises(ValueError, match="sequence of words.*index 1"):
+    with pytest.raises(TypeError, match="sequence of words.*index 1"):
         build_word_tokenizer([["a"], "a b"])
 
 
