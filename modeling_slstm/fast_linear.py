@@ -2,20 +2,22 @@
 `SLSTMConv1d`: the character CNN's `nn.Conv1d`, kept out of slow CPU bf16 likewise.
 
 Hand-written because no library does this per machine: PyTorch sends float32 `F.linear` on the CPU to MKL, which
-on AMD CPUs with AVX-512 runs at about half of oneDNN's speed for the same product, while on AMD CPUs with AVX2 only
-it is the faster of the two; `torch.utils.mkldnn` only converts whole modules for inference (no autograd). And CPU
-bf16 autocast, a large gain where the CPU has a fast bf16 path, makes matmuls many times slower where it has none.
+on AMD CPUs runs the S-LSTM step's products slower than oneDNN (about half its speed with AVX-512; with AVX2 only,
+0.83x at 32 x 128 tokens and equal at 10-sentence batches), while it is tuned for Intel's; `torch.utils.mkldnn` only
+converts whole modules for inference (no autograd). And CPU bf16 autocast, a large gain where the CPU has a fast bf16
+path, makes matmuls many times slower where it has none.
 
 `SLSTMLinear` is a plain `nn.Linear` subclass (same parameters, same state dict), so PEFT/LoRA, forward hooks,
 pruning and quantised replacements see and replace it like any other `nn.Linear`. Its forward only picks how the
 same product is computed; results differ from `nn.Linear` by float summation order at most.
 
-Measured float32 GEMM speed behind the backend rule (`run_scripts/benchmark_speed.py` prints both on any machine):
+Measured behind the backend rule, paper configuration, 32 x 128 tokens, forward+backward, two threads, each pair in
+one run (`SLSTM_MATMUL_BACKEND=onednn|default python run_scripts/benchmark_speed.py ...`, see docs/benchmarks.md):
 
 | CPU | oneDNN | MKL (PyTorch default) |
 |---|---|---|
-| AMD EPYC, AVX-512 with native bf16 | 447 GFLOP/s | 202 GFLOP/s (model forward+backward: oneDNN 2.06x) |
-| AMD EPYC, AVX2 only | 136 GFLOP/s | 178 GFLOP/s (model: 965 vs 1,177 tokens/s) |
+| AMD EPYC, AVX-512 with native bf16 | 447 GFLOP/s on 2048³ | 202 GFLOP/s (model: oneDNN 2.06x) |
+| AMD EPYC, AVX2 only | 844 tokens/s | 705 tokens/s (oneDNN 1.20x; 1.00x on a 160-row layer, 10 sentences) |
 """
 
 import logging
@@ -97,11 +99,15 @@ def _cpu_vendor() -> str:
 
 
 def _backend_for_this_cpu() -> str:
-    """The rule behind "auto": oneDNN where it was measured faster (AMD with AVX-512), PyTorch's default elsewhere,
-    so that a CPU nobody measured keeps PyTorch's own choice."""
+    """The rule behind "auto": oneDNN where it was measured faster (AMD CPUs with AVX2 or AVX-512), PyTorch's default
+    elsewhere, so that a CPU nobody measured keeps PyTorch's own choice.
+
+    A rule rather than a timing at start-up: on the AVX2 EPYC the two backends are within timing noise at small
+    batches, so a timing would pick either from one process to the next and change results by float summation order.
+    """
     has_onednn_linear = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    amd_avx512 = _cpu_vendor() == "AuthenticAMD" and torch.backends.cpu.get_cpu_capability().startswith("AVX512")
-    return "onednn" if has_onednn_linear and amd_avx512 else "default"
+    amd_with_avx = _cpu_vendor() == "AuthenticAMD" and torch.backends.cpu.get_cpu_capability().startswith("AVX")
+    return "onednn" if has_onednn_linear and amd_with_avx else "default"
 
 
 _backend_override: str | None = None
