@@ -165,13 +165,7 @@ def test_installed_package_loads_model_and_tokenizer_without_trust_remote_code(t
         "print(type(tokenizer).__module__, type(model).__module__)\n"
     )
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    command = [sys.executable, "-c", script, str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["modeling_slstm.tokenization_slstm", "modeling_slstm.modeling_slstm"]
