@@ -3,7 +3,7 @@
 
 Hand-written because no library does this per machine: PyTorch sends float32 `F.linear` on the CPU to MKL, which
 on AMD CPUs runs the S-LSTM step's products slower than oneDNN (about half its speed with AVX-512; with AVX2 only,
-0.83x at 32 x 128 tokens and equal at 10-sentence batches), while it is tuned for Intel's; `torch.utils.mkldnn` only
+0.83x at 32 x 128 tokens and equal at 10-sentence batches); `torch.utils.mkldnn` only
 converts whole modules for inference (no autograd). And CPU bf16 autocast, a large gain where the CPU has a fast bf16
 path, makes matmuls many times slower where it has none.
 
@@ -11,8 +11,9 @@ path, makes matmuls many times slower where it has none.
 pruning and quantised replacements see and replace it like any other `nn.Linear`. Its forward only picks how the
 same product is computed; results differ from `nn.Linear` by float summation order at most.
 
-Measured behind the backend rule, paper configuration, 32 x 128 tokens, forward+backward, two threads, each pair in
-one run (`SLSTM_MATMUL_BACKEND=onednn|default python run_scripts/benchmark_speed.py ...`, see docs/benchmarks.md):
+Measured behind the backend rule, each pair on one machine at the same time (`SLSTM_MATMUL_BACKEND=onednn|default
+python run_scripts/benchmark_speed.py ...`, see docs/benchmarks.md); AVX2: paper configuration, 32 x 128 tokens,
+forward+backward, two threads:
 
 | CPU | oneDNN | MKL (PyTorch default) |
 |---|---|---|
