@@ -72,5 +72,6 @@ for name in ${@:-$ALL}; do
     fi
     echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), ${COMMON[*]: -1})" | tee -a "$RUNS_DIR/real_runs.log"
     "$name" >> "$RUNS_DIR/$name.log" 2>&1
-    echo "== $(date -u +%FT%TZ) end $name (exit $?)" | tee -a "$RUNS_DIR/real_runs.log"
+    status=$?  # read before the date substitution below resets $?
+    echo "== $(date -u +%FT%TZ) end $name (exit $status)" | tee -a "$RUNS_DIR/real_runs.log"
 done
