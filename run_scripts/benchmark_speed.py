@@ -49,6 +49,7 @@ from speed_measurement import (
     ceiling_gemm_dtypes,
     machine_info,
     measure_ceilings,
+    matmul_share_text,
     measure_shape,
     mode_label,
     skip_reason,
@@ -97,6 +98,13 @@ class SpeedArguments:
         default=60.0, metadata={"help": "a model whose call takes longer than this many seconds is timed once"}
     )
     memory: bool = field(default=True, metadata={"help": "measure peak memory (one more call per row; --quick: no)"})
+    matmul_share: bool = field(
+        default=False,
+        metadata={
+            "help": "profile one more call per S-LSTM row (CPU) for the share of its time in matrix products, and "
+            "print the share of the ceiling it could reach with everything else free (--quick: yes)"
+        },
+    )
     max_tokens: int | None = field(default=None, metadata={"help": "skip shapes with more tokens than this"})
     ceiling_size: int = field(default=2048, metadata={"help": "matrix size of the ceiling GEMM"})
     output_dir: Path = field(default=Path(__file__).resolve().parents[1] / "docs" / "benchmarks")
@@ -114,6 +122,7 @@ class SpeedArguments:
             self.slstm_variants = [v for v in self.slstm_variants or [] if v in QUICK_SLSTM_VARIANTS]
             self.modes = self.modes or ["train"]
             self.memory = False
+            self.matmul_share = True
         self.modes = self.modes or list(MODES)
         if self.slstm_variants is None:
             self.slstm_variants = ["compile", "checkpoint"]
@@ -177,6 +186,7 @@ def print_summary(rows: list[dict]):
                 f"{row['pct_of_ceiling']:.0f}% of the {row['ceiling_gflops_per_s']:.0f} GFLOP/s ceiling "
                 f"({row['pct_of_interleaved_ceiling']:.0f}% "
                 f"of {row['interleaved_ceiling_gflops_per_s']:.0f} GFLOP/s timed between the runs)"
+                + matmul_share_text(row)
             )
 
 
@@ -207,7 +217,9 @@ def main(argv=None) -> list[dict]:
     timing = Timing(args.warmup, args.repeats, args.min_time, args.max_repeats, args.time_once_above)
     rows = []
     for (batch, length), cases in shapes.items():
-        rows += measure_shape(cases, batch, length, args.modes, device, timing, args.ceiling_size, args.memory)
+        rows += measure_shape(
+            cases, batch, length, args.modes, device, timing, args.ceiling_size, args.memory, args.matmul_share
+        )
     # The ceiling again at the end: the better of the two is the machine's capability, not a noisy moment.
     for dtype, after in measure_ceilings(device, dtypes, args.ceiling_size).items():
         ceilings[dtype] = max(ceilings[dtype], after, key=lambda ceiling: ceiling["gflops"])

@@ -253,6 +253,27 @@ def peak_memory_bytes(fn: Callable, device: torch.device) -> int:
     return max(e["args"]["Total Allocated"] for e in cpu_memory) - held_before
 
 
+# The operators that run matrix products, as `torch.profiler` names them: PyTorch's own and the oneDNN linear behind
+# `SLSTMLinear`.
+MATMUL_OPERATORS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "mkldnn::_linear_pointwise"}
+
+
+def matmul_time_share(fn: Callable) -> float:
+    """Share of the operator time of one `fn()` (the self CPU time of every profiled operator, forward and backward)
+    spent inside matrix products.
+
+    A row reaching `p`% of the GEMM ceiling with a matmul share `s` would reach about `p / s`% if everything between
+    the products were free: the bound that faster elementwise work (fusion, fewer copies) can approach, and beyond it
+    only a faster GEMM on the model's own shapes helps. CPU only (CUDA kernels run asynchronously): NaN elsewhere.
+    """
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        fn()
+    events = profiler.key_averages()
+    total = sum(event.self_cpu_time_total for event in events)
+    matmuls = sum(event.self_cpu_time_total for event in events if event.key in MATMUL_OPERATORS)
+    return matmuls / total if total else float("nan")
+
+
 def gemm_backends(device: torch.device, dtype: torch.dtype) -> list[str]:
     """The matmul backends worth timing: PyTorch's default (`torch.mm`: MKL on CPU, cuBLAS on GPU) and, for float32 on
     CPU, oneDNN: the two that `fast_linear.selected_backend()` chooses between."""
@@ -428,10 +449,11 @@ def measure_shape(
     timing: Timing,
     ceiling_size: int,
     measure_memory: bool = True,
+    measure_matmul_share: bool = False,
 ) -> list[dict]:
     """Time every `(model, variant)` of `cases` at `batch` x `length` in turn with a ceiling GEMM per dtype, per mode;
-    then, with `measure_memory`, each one's peak memory (not for `torch.compile` on CPU, which the profiler does not
-    follow).
+    then, with `measure_memory`, each one's peak memory, and with `measure_matmul_share`, an S-LSTM's share of time in
+    matrix products (`matmul_time_share`; both not for `torch.compile` on CPU, which the profiler does not follow).
 
     Returns one row per case and mode (the CSV columns of `speed_report.FIELDS` without the machine and ceiling)."""
     models = [TimedModel(name, variant, batch, length, device) for name, variant in cases]
@@ -449,9 +471,14 @@ def measure_shape(
         moment_ceilings = ceilings_from_times({key: times[key] for key in ceilings}, ceiling_size)
         for model, (key, call) in zip(timed, calls.items()):
             median = statistics.median(times[key])
-            memory = float("nan")
-            if measure_memory and not (model.variant.compile and device.type == "cpu"):
+            memory = matmul_share = float("nan")
+            compiled_on_cpu = model.variant.compile and device.type == "cpu"
+            if measure_memory and not compiled_on_cpu:
                 memory = peak_memory_bytes(call, device)
+            # The S-LSTMs only: the baselines' products also run inside LSTM and convolution kernels.
+            is_slstm = isinstance(model.config, SLSTMConfig)
+            if measure_matmul_share and is_slstm and device.type == "cpu" and not compiled_on_cpu:
+                matmul_share = matmul_time_share(call)
             gflops = step_flops(model.config, batch, length, mode) / median / 1e9
             interleaved = max(
                 moment_ceilings[d]["gflops"] for d in row_ceiling_dtypes(model.variant.name) if d in moment_ceilings
@@ -472,6 +499,7 @@ def measure_shape(
                     "gflops_per_s": gflops,
                     "interleaved_ceiling_gflops_per_s": interleaved,
                     "pct_of_interleaved_ceiling": 100 * gflops / interleaved,
+                    "matmul_time_share": matmul_share,
                 }
             )
             print_row(rows[-1])
@@ -489,6 +517,15 @@ def print_row(row: dict):
         f"{row['model']:>16} {row['variant']:>16} {row['batch']:>3}x{row['length']:<4} {mode_label(row['mode']):>16}: "
         f"{row['tokens_per_s']:>10.0f} tok/s {row['median_ms']:>9.1f} ms {row['peak_mem_mb']:>8.1f} MiB "
         f"{row['gflops_per_s']:>7.1f} GFLOP/s ({row['pct_of_interleaved_ceiling']:.0f}% of the ceiling GEMM timed "
-        "between the runs)",
+        "between the runs)" + matmul_share_text(row),
         flush=True,
     )
+
+
+def matmul_share_text(row: dict) -> str:
+    """", matmul share and the bound it implies" where the row has a measured matmul share, else ""."""
+    share = row.get("matmul_time_share", float("nan"))
+    if not share > 0:  # NaN: not measured
+        return ""
+    bound = row["pct_of_interleaved_ceiling"] / share
+    return f"; {100 * share:.0f}% of its time in matmuls: at most about {bound:.0f}% with all other work free"

@@ -15,7 +15,7 @@ MACHINE_FIELDS = ["device", "device_name", "cpu_capability", "native_bf16", "thr
 FIELDS = MACHINE_FIELDS + [
     "model", "variant", "batch", "length", "mode", "tokens_per_s", "median_ms", "runs", "peak_mem_mb", "params",
     "encoder_params", "gflops_per_s", "ceiling_gflops_per_s", "pct_of_ceiling", "interleaved_ceiling_gflops_per_s",
-    "pct_of_interleaved_ceiling",
+    "pct_of_interleaved_ceiling", "matmul_time_share",
 ]  # fmt: skip
 TEXT_FIELDS = {"device", "device_name", "cpu_capability", "native_bf16", "torch", "matmul_backend"}
 TEXT_FIELDS |= {"model", "variant", "mode"}

@@ -40,7 +40,7 @@ def test_speed_benchmark_tiny(tmp_path):
         "--models", *models, "--batch-sizes", "2", "--lengths", "8", "--variants", "fp32", "bf16",
         "--slstm-variants", "checkpoint", "--slstm-variant-lengths", "8", "--warmup", "0", "--repeats", "1",
         "--min-time", "0", "--max-repeats", "1", "--ceiling-size", "64", "--output-dir", str(tmp_path),
-        "--name", "speed_test",
+        "--name", "speed_test", "--matmul-share",
     ]  # fmt: skip
     rows = benchmark_speed.main(argv)
     measured = {(r["model"], r["variant"], r["mode"]) for r in rows}
@@ -55,6 +55,7 @@ def test_speed_benchmark_tiny(tmp_path):
         table = list(csv.DictReader(handle))
     assert {r["model"] for r in table} == set(models)
     assert all(float(r["tokens_per_s"]) > 0 and float(r["peak_mem_mb"]) > 0 for r in table)
+    assert all(0 < float(r["matmul_time_share"]) < 1 for r in table if r["model"].startswith("slstm"))
     # The machine is in every row, the report and the metadata.
     capability, backend = torch.backends.cpu.get_cpu_capability(), fast_linear.selected_backend()
     assert {(r["cpu_capability"], r["matmul_backend"], r["threads"]) for r in table} == {
@@ -94,8 +95,16 @@ def test_speed_benchmark_tiny(tmp_path):
 def test_speed_benchmark_quick_arguments():
     args = benchmark_speed.parse_args(["--quick"])
     assert args.models == ["slstm", "slstm-reference"] and args.batch_sizes == [32] and args.lengths == [128]
-    assert args.variants == ["fp32", "bf16"] and args.modes == ["train"] and not args.memory
+    assert args.variants == ["fp32", "bf16"] and args.modes == ["train"] and not args.memory and args.matmul_share
     assert args.slstm_variants == []
+
+
+def test_matmul_time_share_tells_products_from_elementwise_work():
+    square = torch.randn(256, 256)
+    assert speed_measurement.matmul_time_share(lambda: square @ square) > 0.9  # the rest: dispatch in aten::matmul
+    assert speed_measurement.matmul_time_share(lambda: torch.tanh(square).sum()) == 0.0
+    linear = fast_linear.SLSTMLinear(256, 256)  # oneDNN or PyTorch's matmul, whichever the backend rule picks
+    assert speed_measurement.matmul_time_share(lambda: linear(square).sum().backward()) > 0.5
 
 
 def test_interleaved_timing_times_a_slow_call_once():
