@@ -523,9 +523,9 @@ def print_row(row: dict):
 
 
 def matmul_share_text(row: dict) -> str:
-    """", matmul share and the bound it implies" where the row has a measured matmul share, else ""."""
+    """The matmul share and the bound it implies, as a clause to print after a row; empty where not measured."""
     share = row.get("matmul_time_share", float("nan"))
-    if not share > 0:  # NaN: not measured
+    if not share > 0:  # NaN (not measured) or a profile without matmuls
         return ""
     bound = row["pct_of_interleaved_ceiling"] / share
     return f"; {100 * share:.0f}% of its time in matmuls: at most about {bound:.0f}% with all other work free"
