@@ -154,6 +154,14 @@ class SLSTMTrainingArguments(TrainingArguments):
             "(transformers' EarlyStoppingCallback; needs --load_best_model_at_end and an --eval_strategy)."
         },
     )
+    restore_callback_states_from_checkpoint: bool = field(
+        default=True,
+        metadata={
+            "help": "Restore the callbacks' state (the early-stopping count) with --resume_from_checkpoint (default "
+            "here: True, so that a resumed run stops where an uninterrupted one would; transformers' default, False, "
+            "restarts the count and trains past the stop)."
+        },
+    )
     hub_strategy: str = field(
         default="end",
         metadata={

@@ -495,6 +495,24 @@ def test_early_stopping_ends_training_when_dev_stops_improving(tmp_path, monkeyp
     assert sum("eval_f1" in entry for entry in state["log_history"]) == 2
 
 
+@pytest.mark.slow
+def test_a_resumed_run_keeps_its_early_stopping_count(tmp_path, monkeypatch):
+    """Patience 2, learning rate 0 (dev F1 never improves on epoch 1): a run interrupted after epoch 2 (one evaluation
+    without improvement) and resumed stops after epoch 3, as an uninterrupted run would; a resume that restarted the
+    count would train on to epoch 4."""
+    paths = write_generated_ner(tmp_path)
+    out = tmp_path / "out"
+    options = {"learning_rate": 0.0, "eval_strategy": "epoch", "save_strategy": "epoch", "do_predict": None}
+    options |= {"load_best_model_at_end": True, "metric_for_best_model": "f1", "early_stopping_patience": 2}
+    run_main("run_ner", run_args(out, paths, num_train_epochs=2, **options), monkeypatch)
+    interrupted = read_json(out / "trainer_state.json")
+    assert interrupted["epoch"] == 2
+    run_main("run_ner", run_args(out, paths, num_train_epochs=6, resume_from_checkpoint="last", **options), monkeypatch)
+    state = read_json(out / "trainer_state.json")
+    assert state["epoch"] == 3
+    assert sum("eval_f1" in entry for entry in state["log_history"]) == 3
+
+
 def test_early_stopping_needs_the_best_model_at_end(tmp_path, monkeypatch):
     paths = write_generated_ner(tmp_path)
     with pytest.raises(ValueError, match="--early_stopping_patience must be .* with --load_best_model_at_end"):
