@@ -507,7 +507,9 @@ def test_a_resumed_run_keeps_its_early_stopping_count(tmp_path, monkeypatch):
     run_main("run_ner", run_args(out, paths, num_train_epochs=2, **options), monkeypatch)
     interrupted = read_json(out / "trainer_state.json")
     assert interrupted["epoch"] == 2
-    run_main("run_ner", run_args(out, paths, num_train_epochs=6, resume_from_checkpoint="last", **options), monkeypatch)
+    run_main(
+        "run_ner", run_args(out, paths, num_train_epochs=6, resume_from_checkpoint="last", **options), monkeypatch
+    )
     state = read_json(out / "trainer_state.json")
     assert state["epoch"] == 3
     assert sum("eval_f1" in entry for entry in state["log_history"]) == 3
