@@ -189,6 +189,8 @@ VALUE_TABLES = (
     ("pct_of_ceiling", "Matmul GFLOP/s as % of the run's ceiling", lambda v: f"{v:.0f}%"),
     ("pct_of_interleaved_ceiling", "Matmul GFLOP/s as % of the ceiling GEMM timed between the runs",
      lambda v: f"{v:.0f}%"),
+    ("matmul_time_share", "Share of the time in matrix products (torch.profiler, one call)",
+     lambda v: f"{100 * v:.0f}%"),
 )  # fmt: skip
 
 
