@@ -264,7 +264,8 @@ def matmul_time_share(fn: Callable) -> float:
 
     A row reaching `p`% of the GEMM ceiling with a matmul share `s` would reach about `p / s`% if everything between
     the products were free: the bound that faster elementwise work (fusion, fewer copies) can approach, and beyond it
-    only a faster GEMM on the model's own shapes helps. CPU only (CUDA kernels run asynchronously): NaN elsewhere.
+    only a faster GEMM on the model's own shapes helps. Meaningful on the CPU only (CUDA kernels run asynchronously,
+    so `measure_shape` calls it for CPU rows); NaN for a call that runs no operator.
     """
     with profile(activities=[ProfilerActivity.CPU]) as profiler:
         fn()
