@@ -190,7 +190,7 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
     benchmark = importlib.import_module("benchmark_training_throughput")
     paths = write_generated_ner(tmp_path, n_train=30)
     argv = ["--train_file", str(paths["train"]), "--config_name", "hub_configs/slstm-ner-crf-small.json"]
-    argv += ["--max_tokens_per_batch", "40", "--synthetic_shape", "2", "8", "--steps", "2", "--warmup_steps", "1"]
+    argv += ["--max_tokens_per_batch", "40", "--synthetic_shape", "2", "8", "--rounds", "2", "--warmup_rounds", "1"]
     rows = benchmark.main([*argv, "--compare_input_gradient"])
     setups = ["paper batches", "token budget 40", "paper batches, weight copy", "synthetic 2x8"]
     assert [row["setup"] for row in rows] == setups
@@ -198,6 +198,7 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
     for row in rows:
         assert row["real_tokens_per_second"] > 0 and 0 <= row["padding_share"] < 1 and 0 <= row["collator_share"] < 1
         assert row["padded_tokens_per_second"] >= row["real_tokens_per_second"]
+        assert row["real_tokens"] >= 2 * 2 * 8  # two timed rounds of at least one synthetic batch's tokens
     assert rows[-1]["padding_share"] == 0
     assert "| paper batches |" in capsys.readouterr().out
 
