@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 RUNS_DIR=${RUNS_DIR:-../runs}
 DATA=${SHARED_DATA:-../shared/data}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
+# glibc keeps freed blocks of any size for reuse instead of mapping them from the system at every step: about 10%
+# faster on large batches, 0-5% on 10-sentence ones, results unchanged (docs/benchmarks.md, "Real training data").
+export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-4294967296}
+export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-4294967296}
 mkdir -p "$RUNS_DIR"
 
 # The paper's recipe (Zhang, Liu & Song 2018) ships with the configs (`training_recipe`: Adam lr 1e-3, x0.97 per
