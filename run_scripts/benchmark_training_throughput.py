@@ -14,6 +14,9 @@ sentences of every length, not on a dozen batches whose lengths decide the resul
 - `paper batches`: the paper's batches of 10 sentences, grouped by length as the Trainer's `group_by_length` does;
 - `token budget N`: `--max_tokens_per_batch N` batches (`TokenBudgetBatchSampler`): bigger batches, a change of
   recipe;
+- `synthetic, paper-batch shape BxL`: random sentences without padding, B = the paper's batch size, L = the mean
+  training sentence length: what the paper batches would run at if real data cost nothing beyond its shape (padding,
+  the collator, varying lengths);
 - `synthetic BxL`: full-length random sentences of B x L tokens, no padding (the shape `benchmark_speed.py` times).
 
 Printed per setup: real tokens/s (`<s>`/`</s>` included, padding excluded), padded tokens/s, the share of padding,
@@ -104,8 +107,8 @@ def batch_orders(args, examples: list[dict]) -> dict[str, list[list[int]]]:
     return orders
 
 
-def synthetic_batch(args, config) -> dict[str, torch.Tensor]:
-    batch, length = args.synthetic_shape
+def synthetic_batch(args, config, shape: list[int]) -> dict[str, torch.Tensor]:
+    batch, length = shape
     generator = torch.Generator().manual_seed(args.seed)
     input_ids = torch.randint(4, config.vocab_size, (batch, length), generator=generator)  # no special ids
     char_ids = torch.randint(1, config.char_vocab_size, (batch, length, 8), generator=generator)
@@ -201,9 +204,12 @@ def main(argv=None) -> list[dict]:
         batches = collated(collator, examples, orders["paper batches"])
         model = fresh_model(args, tokenizer, labels)
         setups.append(Setup("paper batches, weight copy", model, batches, input_gradient_through_a_weight_copy))
-    synthetic_model = fresh_model(args, tokenizer, labels)
-    synthetic_name = "synthetic {}x{}".format(*args.synthetic_shape)
-    setups.append(Setup(synthetic_name, synthetic_model, repeated(synthetic_batch(args, synthetic_model.config))))
+    paper_shape = [args.batch_size, round(statistics.mean(len(example["input_ids"]) for example in examples))]
+    for name, shape in [("synthetic, paper-batch shape", paper_shape), ("synthetic", args.synthetic_shape)]:
+        model = fresh_model(args, tokenizer, labels)
+        setups.append(
+            Setup(f"{name} {shape[0]}x{shape[1]}", model, repeated(synthetic_batch(args, model.config, shape)))
+        )
     package_input_gradient = fast_linear._input_gradient
     try:
         tokens_per_round = math.prod(args.synthetic_shape)
