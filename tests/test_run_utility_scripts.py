@@ -1,10 +1,21 @@
 """The utility scripts of run_scripts/: tag_sentence.py on a trained tiny tagger, prepare_data.py on a generated corpus
-and on the shared movie-review data, and rescore_predictions.py on hand-written files with known scores."""
+and on the shared movie-review data, and rescore_predictions.py on hand-written files with known scores and on the
+committed predictions of docs/results.md."""
 
 import re
 
 import pytest
-from run_script_helpers import data_utils, run_args, run_main, write_generated_ner
+from run_script_helpers import REPO, data_utils, run_args, run_main, write_generated_ner
+
+# The committed test-set predictions of docs/results.md and the figure its results table gives for each.
+DOCUMENTED_TEST_SCORES = {
+    "conll2003-ner-test.txt": ("f1", "90.17"),
+    "bilstm-conll2003-ner-test.txt": ("f1", "89.71"),
+    "bilstm-conll2003-pos-test.txt": ("accuracy", "94.92"),
+    "apparel-test.tsv": ("accuracy", "83.25"),
+    "movie_review-test.tsv": ("accuracy", "77.11"),
+    "bilstm-movie_review-test.tsv": ("accuracy", "79.74"),
+}
 
 
 @pytest.mark.slow
@@ -144,6 +155,16 @@ def test_rescore_pos_tags_and_classification(tmp_path):
     scores = rescore(tsv)
     # per class F1: pos 2/3, neg 1/2, neu 0
     assert scores == pytest.approx({"examples": 4, "accuracy": 0.5, "macro_f1": (2 / 3 + 1 / 2 + 0) / 3})
+
+
+def test_committed_predictions_rescore_to_the_documented_numbers():
+    """Every file of docs/results/predictions/ rescores to the figure that docs/results.md's results table gives."""
+    folder = REPO / "docs" / "results" / "predictions"
+    assert sorted(path.name for path in folder.iterdir()) == sorted(DOCUMENTED_TEST_SCORES)
+    table = [line for line in (REPO / "docs" / "results.md").read_text().splitlines() if line.startswith("| ")]
+    for name, (metric, figure) in DOCUMENTED_TEST_SCORES.items():
+        assert f"{100 * rescore(folder / name)[metric]:.2f}" == figure, name
+        assert any(f"**{figure}** (finished)" in line for line in table), f"{figure} ({name}) not in the table"
 
 
 def test_rescore_bad_files(tmp_path):
