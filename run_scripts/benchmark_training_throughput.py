@@ -210,9 +210,9 @@ def main(argv=None) -> list[dict]:
         setups.append(
             Setup(f"{name} {shape[0]}x{shape[1]}", model, repeated(synthetic_batch(args, model.config, shape)))
         )
+    tokens_per_round = math.prod(args.synthetic_shape)
     package_input_gradient = fast_linear._input_gradient
     try:
-        tokens_per_round = math.prod(args.synthetic_shape)
         for round_index in range(args.warmup_rounds + args.rounds):
             for setup in setups:
                 setup.train_round(tokens_per_round, timed=round_index >= args.warmup_rounds)
@@ -223,7 +223,7 @@ def main(argv=None) -> list[dict]:
     print(
         f"{info['cpu']}, CPU capability {info['cpu_capability']}, {args.threads} thread(s), "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.rounds} timed rounds of "
-        f"{math.prod(args.synthetic_shape):,} real tokens or more per setup"
+        f"{tokens_per_round:,} real tokens or more per setup"
     )
     rows = []
     synthetic_rate = setups[-1].real_tokens / sum(setups[-1].seconds)
