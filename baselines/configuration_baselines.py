@@ -4,7 +4,9 @@ from transformers import PreTrainedConfig
 
 from modeling_slstm.configuration_slstm import (
     validate_char_settings,
+    validate_dropouts,
     validate_head_tag_scheme,
+    validate_integers,
     word_representation_dim,
 )
 
@@ -142,24 +144,10 @@ class BaselineEncoderConfig(PreTrainedConfig):
             raise ValueError(
                 f"BaselineEncoderConfig.encoder_type must be one of {BASELINE_ENCODER_TYPES}, got {self.encoder_type!r}"
             )
-        minimums = {
-            "num_layers": 1,
-            "vocab_size": 1,
-            "embedding_dim": 1,
-            "hidden_size": 1,
-            "kernel_size": 1,
-            "num_attention_heads": 1,
-            "intermediate_size": 1,
-            "max_position_embeddings": 1,
-        }
-        for name, minimum in minimums.items():
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ValueError(f"BaselineEncoderConfig.{name} must be an integer >= {minimum}, got {value!r}")
-        for name in ("embedding_dropout", "hidden_dropout", "classifier_dropout"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"BaselineEncoderConfig.{name} must be in [0, 1), got {value!r}")
+        positive = ("num_layers", "vocab_size", "embedding_dim", "hidden_size", "kernel_size", "num_attention_heads",
+                    "intermediate_size", "max_position_embeddings")  # fmt: skip
+        validate_integers(self, dict.fromkeys(positive, 1))
+        validate_dropouts(self, ("embedding_dropout", "hidden_dropout", "classifier_dropout"))
         if self.encoder_type == "bilstm" and self.hidden_size % 2:
             raise ValueError(
                 f"A BiLSTM splits hidden_size between its two directions: it must be even, got {self.hidden_size}"

@@ -22,22 +22,36 @@ def word_representation_dim(config: PreTrainedConfig) -> int:
     return config.embedding_dim + (config.char_hidden_size if config.use_char_features else 0)
 
 
+def validate_integers(config: PreTrainedConfig, minimums: dict[str, int]) -> None:
+    """Checks that each field named in `minimums` is an integer (not a bool) at least its minimum; the message names
+    the config class and field."""
+    for field, minimum in minimums.items():
+        value = getattr(config, field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(f"{type(config).__name__}.{field} must be an integer >= {minimum}, got {value!r}")
+
+
+def validate_dropouts(config: PreTrainedConfig, fields: tuple[str, ...]) -> None:
+    """Checks that each named dropout probability lies in [0, 1)."""
+    for field in fields:
+        value = getattr(config, field)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+            raise ValueError(f"{type(config).__name__}.{field} must be in [0, 1), got {value!r}")
+
+
 def validate_char_settings(config: PreTrainedConfig) -> None:
     """Checks the character-feature fields of a config that builds `SLSTMEmbeddings`, with messages that name the
     config class and field."""
     name = type(config).__name__
     if type(config.use_char_features) is not bool:
         raise ValueError(f"{name}.use_char_features must be a bool, got {config.use_char_features!r}")
-    minimums = {"char_vocab_size": 2, "char_embedding_dim": 1, "char_hidden_size": 1, "char_kernel_size": 1}
-    for field, minimum in minimums.items():
-        value = getattr(config, field)
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ValueError(f"{name}.{field} must be an integer >= {minimum}, got {value!r}")
+    validate_integers(
+        config, {"char_vocab_size": 2, "char_embedding_dim": 1, "char_hidden_size": 1, "char_kernel_size": 1}
+    )
     if config.char_kernel_size % 2 == 0:
         # An even window has no centre: with `padding=k // 2` its outputs would not line up with the characters.
         raise ValueError(f"{name}.char_kernel_size must be odd, got {config.char_kernel_size}")
-    if not 0.0 <= config.char_dropout < 1.0:
-        raise ValueError(f"{name}.char_dropout must be in [0, 1), got {config.char_dropout!r}")
+    validate_dropouts(config, ("char_dropout",))
 
 
 HEAD_TAG_SCHEMES = (None, "BIOES")
@@ -204,22 +218,12 @@ class SLSTMConfig(PreTrainedConfig):
         return word_representation_dim(self)
 
     def _validate_slstm_settings(self):
-        minimums = {
-            "vocab_size": 1,
-            "embedding_dim": 1,
-            "hidden_size": 1,
-            "num_steps": 1,
-            "window_size": 1,
-            "num_sentence_nodes": 0,
-        }
-        for name, minimum in minimums.items():
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-                raise ValueError(f"SLSTMConfig.{name} must be an integer >= {minimum}, got {value!r}")
-        for name in ("embedding_dropout", "hidden_dropout", "classifier_dropout"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"SLSTMConfig.{name} must be in [0, 1), got {value!r}")
+        validate_integers(
+            self,
+            {"vocab_size": 1, "embedding_dim": 1, "hidden_size": 1, "num_steps": 1, "window_size": 1,
+             "num_sentence_nodes": 0},
+        )  # fmt: skip
+        validate_dropouts(self, ("embedding_dropout", "hidden_dropout", "classifier_dropout"))
         if self.gate_normalization not in GATE_NORMALIZATIONS:
             raise ValueError(
                 f"SLSTMConfig.gate_normalization must be one of {GATE_NORMALIZATIONS}, got {self.gate_normalization!r}"
@@ -234,6 +238,8 @@ __all__ = [
     "CHAR_PAD_ID",
     "SLSTMConfig",
     "validate_char_settings",
+    "validate_dropouts",
     "validate_head_tag_scheme",
+    "validate_integers",
     "word_representation_dim",
 ]

@@ -26,7 +26,7 @@ float32, whatever the dtype of the emissions (float64 stays float64); the likeli
 
 `torch.export` traces it with or without ``strict``. Forward methods check shapes and dtypes only: checks that read
 values (0/1 masks, tags in range) are `validate_mask` and `ConditionalRandomField.validate_tags`, for the code where
-data enters, and run inside the forward methods only where that is free (see `_values_are_cheap_to_check`).
+data enters, and run inside the forward methods only where that is free (see `values_are_cheap_to_check`).
 """
 
 from collections.abc import Callable, Sequence
@@ -66,11 +66,13 @@ def _autocast_disabled(emissions: torch.Tensor) -> torch.autocast:
     return torch.autocast(device_type=emissions.device.type, enabled=False)
 
 
-def _values_are_cheap_to_check(tensor: torch.Tensor) -> bool:
-    """Whether forward methods check the values of their inputs: only for eager CPU tensors.
+def values_are_cheap_to_check(tensor: torch.Tensor) -> bool:
+    """Whether forward methods check the values of their inputs (ids, labels, tags, masks): only for eager CPU
+    tensors; the S-LSTM models use it too.
 
     Reading a value of a GPU tensor waits for the device to finish its queued work, and a traced graph
-    (`torch.compile`, `torch.export`, ONNX) cannot branch on values. Without the check, an out-of-range tag at an
+    (`torch.compile`, `torch.export`, ONNX) cannot branch on values; there the data-entry code (the tokenizer, the
+    training scripts' data preparation) is what guarantees valid values. Without the check, an out-of-range tag at an
     unmasked position still fails (in the gather of its emission score) instead of giving a wrong loss, and a
     non-0/1 integer mask counts as `True` wherever it is nonzero.
     """
@@ -527,7 +529,7 @@ class ConditionalRandomField(nn.Module):
     def _validated(
         self, emissions: torch.Tensor, mask: torch.Tensor | None, tags: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Check the shapes and dtypes of the inputs (and their values where `_values_are_cheap_to_check`); return
+        """Check the shapes and dtypes of the inputs (and their values where `values_are_cheap_to_check`); return
         the mask as bool (all `True` if `None`) and the tags as long."""
         if not isinstance(emissions, torch.Tensor) or emissions.dim() != 3:
             shape = tuple(emissions.shape) if isinstance(emissions, torch.Tensor) else type(emissions).__name__
@@ -545,7 +547,7 @@ class ConditionalRandomField(nn.Module):
             self._check_mask_type(mask, batch_shape)
         if tags is not None:
             self._check_tags_type(tags, batch_shape)
-        if _values_are_cheap_to_check(emissions):
+        if values_are_cheap_to_check(emissions):
             if tags is not None:
                 self.validate_tags(tags, mask)
             elif mask is not None:

@@ -11,14 +11,13 @@ path, makes matmuls many times slower where it has none.
 pruning and quantised replacements see and replace it like any other `nn.Linear`. Its forward only picks how the
 same product is computed; results differ from `nn.Linear` by float summation order at most.
 
-Measured behind the backend rule, each pair on one machine at the same time (`SLSTM_MATMUL_BACKEND=onednn|default
-python run_scripts/benchmark_speed.py ...`, see docs/benchmarks.md); AVX2: paper configuration, 32 x 128 tokens,
-forward+backward, two threads:
+Measured behind the backend rule, each pair on one machine in the same run (docs/benchmarks.md): paper configuration,
+32 x 128 tokens, forward+backward, float32:
 
 | CPU | oneDNN | MKL (PyTorch default) |
 |---|---|---|
-| AMD EPYC, AVX-512 with native bf16 | 447 GFLOP/s on 2048³ | 202 GFLOP/s (model: oneDNN 2.06x) |
-| AMD EPYC, AVX2 only | 844 tokens/s | 705 tokens/s (oneDNN 1.20x; 1.00x on a 160-row layer, 10 sentences) |
+| AMD EPYC, AVX-512 with native bf16, one thread | 715 tokens/s; 226 GFLOP/s on 2048³ | 369 tokens/s (oneDNN 1.94x); 97 GFLOP/s |
+| AMD EPYC, AVX2 only, two threads | 844 tokens/s | 705 tokens/s (oneDNN 1.20x; 1.00x on a 160-row layer, 10 sentences) |
 """
 
 import logging
@@ -87,16 +86,30 @@ def _input_gradient(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 _onednn_matmul.register_autograd(_onednn_matmul_backward, setup_context=_onednn_matmul_setup_context)
 
 
-def _cpu_vendor() -> str:
-    """`vendor_id` of /proc/cpuinfo ("AuthenticAMD", "GenuineIntel", …), or "" where it cannot be read."""
+NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+"""/proc/cpuinfo flags of bf16 instructions: x86 AVX-512 BF16 and AMX, aarch64 BF16."""
+
+
+@cache
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ("vendor_id", "model name", "flags" on x86, "Features" on
+    aarch64, …); empty where there is no such file (macOS, Windows)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
+            text = cpuinfo.read()
     except OSError:
-        pass
-    return ""
+        return {}
+    fields = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's instruction-set flags from /proc/cpuinfo (empty where there is none)."""
+    info = cpu_info()
+    return frozenset(info.get("flags", info.get("Features", "")).split())
 
 
 def _backend_for_this_cpu() -> str:
@@ -107,7 +120,9 @@ def _backend_for_this_cpu() -> str:
     batches, so a timing would pick either from one process to the next and change results by float summation order.
     """
     has_onednn_linear = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    amd_with_avx = _cpu_vendor() == "AuthenticAMD" and torch.backends.cpu.get_cpu_capability().startswith("AVX")
+    amd_with_avx = cpu_info().get(
+        "vendor_id"
+    ) == "AuthenticAMD" and torch.backends.cpu.get_cpu_capability().startswith("AVX")
     return "onednn" if has_onednn_linear and amd_with_avx else "default"
 
 
@@ -137,7 +152,7 @@ def _decide_backend() -> str:
         backend,
         requested,
         torch.backends.cpu.get_cpu_capability(),
-        _cpu_vendor() or "unknown",
+        cpu_info().get("vendor_id", "unknown"),
     )
     return backend
 
@@ -154,14 +169,21 @@ def selected_backend() -> str:
 
 @torch.compiler.assume_constant_result
 def cpu_has_fast_bf16() -> bool:
-    """Whether CPU bf16 matmuls have a fast oneDNN path on this machine (the check PyTorch itself uses: AVX-512
-    BW/VL/DQ or ARM bf16). Without one, bf16 autocast was measured 18-20x slower than float32."""
+    """Whether CPU bf16 matmuls are fast here: the CPU has bf16 instructions (`NATIVE_BF16_CPU_FLAGS`) and PyTorch
+    has a oneDNN bf16 path for it (`torch.ops.mkldnn._is_mkldnn_bf16_supported()`). PyTorch's check alone also
+    accepts AVX-512 CPUs without bf16 instructions, where oneDNN emulates bf16; where /proc/cpuinfo cannot be read,
+    it is the only check. Without native bf16, bf16 autocast was measured 18-20x slower than float32 (AVX2 EPYC).
+
+    The one rule for bf16 on the CPU: the S-LSTM layers, the training scripts' `--bf16` warning, the benchmarks and
+    `run_scripts/real_runs.sh` all ask it."""
     return _cpu_has_fast_bf16()
 
 
 @cache
 def _cpu_has_fast_bf16() -> bool:
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    flags = cpu_flags()
+    native = bool(flags & NATIVE_BF16_CPU_FLAGS) or not flags
+    return native and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def _bf16_autocast_without_fast_path(inputs: torch.Tensor) -> bool:

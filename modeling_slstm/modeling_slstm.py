@@ -21,7 +21,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_dim
-from .crf import ConditionalRandomField
+from .crf import ConditionalRandomField, values_are_cheap_to_check
 from .fast_linear import SLSTMConv1d, SLSTMLinear
 from .tag_schemes import BIOESLabelMap
 
@@ -29,20 +29,11 @@ IGNORE_INDEX = -100
 """Label of positions without a label (boundary tokens, padding, continuation sub-words), as in `nn.CrossEntropyLoss`."""
 
 
-def values_checkable(tensor: torch.Tensor) -> bool:
-    """Whether range checks that read `tensor`'s values (ids, labels) run here: in eager mode on the CPU only.
-
-    Reading values forces a host sync on accelerators and cannot be traced by `torch.compile`/`torch.export`; there
-    the data-entry code (the tokenizer, the training scripts' data preparation) is what guarantees valid values.
-    """
-    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
-
-
 def check_values_in_range(
     values: torch.Tensor, limit: int, name: str, limit_name: str, ignore_index: int | None = None
 ) -> None:
     """Raise a clear error when `values` (other than `ignore_index`) fall outside `[0, limit)`, where checkable."""
-    if not values_checkable(values):
+    if not values_are_cheap_to_check(values):
         return
     checked = values if ignore_index is None else values[values != ignore_index]
     if checked.numel() and (checked.min() < 0 or checked.max() >= limit):
@@ -208,7 +199,8 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
     `context_independent_content`, where `u_i = U_u x_i + b_u` comes from the input alone).
 
     Args:
-        config ([`SLSTMConfig`]): `hidden_size`, `embedding_dim`, `window_size`, `num_sentence_nodes`,
+        config ([`SLSTMConfig`]): `hidden_size`, `word_representation_dim` (the word embedding plus the character
+            features), `window_size`, `num_sentence_nodes`,
             `gate_normalization`, `context_independent_content`, `remove_output_gate`, `hidden_dropout` are read.
     """
 
@@ -244,7 +236,8 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         """`U x_i + b` for all gates, computed once per forward because `x_i` does not change across steps.
 
         Args:
-            inputs_embeds (`torch.Tensor` of shape `(batch, seq, embedding_dim)`)
+            inputs_embeds (`torch.Tensor` of shape `(batch, seq, word_representation_dim)`): the word
+                representations `x_i`.
 
         Returns:
             `(gate_terms, content)`: `(batch, seq, num_context_blocks * hidden)` and, with a context-independent

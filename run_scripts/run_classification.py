@@ -114,7 +114,6 @@ def main():
         raise ValueError("--do_train needs training data (--train_file, --dataset_name or --rt_polarity_dir)")
 
     # Model: a saved checkpoint with its labels, or a fresh one from a config with the config's training recipe.
-    max_length = data_args.max_seq_length or 512
     training_recipe = {}
     if model_args.model_name_or_path:
         tokenizer, model = load_checkpoint(model_args, AutoModelForSequenceClassification)
@@ -130,7 +129,13 @@ def main():
         eval_words = [e["text"].split() for split in ("validation", "test") if split in raw for e in raw[split]]
         train_words = [e["text"].split() for e in raw["train"]]
         tokenizer, model = build_fresh_model(
-            model_args, config, AutoModelForSequenceClassification, label_list, train_words, eval_words, max_length
+            model_args,
+            config,
+            AutoModelForSequenceClassification,
+            label_list,
+            train_words,
+            eval_words,
+            model_max_length=data_args.max_seq_length or 512,
         )
     max_length = data_args.max_seq_length or tokenizer.model_max_length
     logger.warning(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in raw.items()} }")

@@ -204,7 +204,6 @@ def main():
     data_scheme, train_scheme = tag_schemes(raw, data_args, span_task, continuing=bool(model_args.model_name_or_path))
 
     # Model: a saved checkpoint with its labels, or a fresh one from a config with the config's training recipe.
-    max_length = data_args.max_seq_length or 512
     training_recipe = {}
     # `label_scheme`: the scheme of the model's labels (`id2label`), which the data is converted to. A fresh model
     # trained in BIOES keeps IOB2 labels, which `pipeline("token-classification")` groups correctly, and trains and
@@ -229,7 +228,13 @@ def main():
         eval_words = [e["tokens"] for split in ("validation", "test") if split in raw for e in raw[split]]
         train_words = [e["tokens"] for e in raw["train"]]
         tokenizer, model = build_fresh_model(
-            model_args, config, AutoModelForTokenClassification, label_list, train_words, eval_words, max_length
+            model_args,
+            config,
+            AutoModelForTokenClassification,
+            label_list,
+            train_words,
+            eval_words,
+            model_max_length=data_args.max_seq_length or 512,
         )
     max_length = data_args.max_seq_length or tokenizer.model_max_length
     logger.warning(

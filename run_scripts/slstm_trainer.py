@@ -278,6 +278,7 @@ class SLSTMTrainer(Trainer):
         info["config_summary"] = ", ".join(
             f"{key}={getattr(config, key)}" for key in CARD_CONFIG_KEYS if hasattr(config, key)
         )
+        info.update(model_description(config))
         write_model_card(self.args.output_dir, info, repo_id)
 
     def end(self):
@@ -295,6 +296,27 @@ def format_metrics_table(metrics: dict) -> str:
     return "| metric | value |\n|---|---|\n" + "\n".join(rows) if rows else "(no metrics recorded)"
 
 
+def model_description(config) -> dict:
+    """The model card's lines that depend on the model: what it is, and how its code reaches a user. An S-LSTM
+    checkpoint carries its code (`trust_remote_code`); a baseline's code is the repository's `baselines` package."""
+    if config.model_type == "slstm_baseline_encoder":
+        encoder = {"bilstm": "BiLSTM", "cnn": "CNN", "transformer": "Transformer"}[config.encoder_type]
+        name = f"{config.num_layers}-layer {encoder} baseline"
+        return {
+            "model_description": f"A **{name}** (compared with the Sentence-State LSTM of Zhang, Liu & Song, ACL 2018)",
+            "loading_note": "The baseline's code does not ship with the checkpoint: it loads where the `baselines` "
+            "package of the modeling_slstm repository is installed (`import baselines` registers it with the Auto "
+            "classes).",
+            "code_tag": "- baseline",
+        }
+    return {
+        "model_description": "A **Sentence-State LSTM** (S-LSTM; Zhang, Liu & Song, ACL 2018)",
+        "loading_note": "The model code ships with the checkpoint, so it loads with `trust_remote_code=True` (or without "
+        "it when the `modeling_slstm` package is installed).",
+        "code_tag": "- custom_code",
+    }
+
+
 def write_model_card(output_dir: str, info: dict, repo_id: str) -> Path:
     """Fills `hub_configs/model_card_template.md` with `info` and writes `README.md` into `output_dir`."""
     template = string.Template(MODEL_CARD_TEMPLATE.read_text(encoding="utf-8"))
@@ -310,6 +332,7 @@ def write_model_card(output_dir: str, info: dict, repo_id: str) -> Path:
         "usage_example": info.get("usage_example", ""),
         "config_summary": info.get("config_summary", ""),
         "citation": PAPER_CITATION,
+        **{key: info.get(key, "") for key in ("model_description", "loading_note", "code_tag")},
     }
     path = Path(output_dir) / "README.md"
     path.parent.mkdir(parents=True, exist_ok=True)

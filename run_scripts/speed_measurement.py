@@ -28,7 +28,6 @@ VOCAB_SIZE = 10000
 CEILING_SIZE = 2048
 PAPER_SLSTM = "slstm"
 REFERENCE_SLSTM = "slstm-reference"
-NATIVE_BF16_FLAGS = {"avx512_bf16", "amx_bf16"}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -141,37 +140,16 @@ def step_flops(config, batch: int, length: int, mode: str) -> float:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def read_cpuinfo() -> tuple[str, set[str]]:
-    """The CPU model name and flags from /proc/cpuinfo (`("", set())` where there is none, e.g. macOS)."""
-    name, flags = "", set()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return name, flags
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key.strip() == "model name" and not name:
-            name = value.strip()
-        elif key.strip() == "flags" and not flags:
-            flags = set(value.split())
-    return name, flags
-
-
-def has_native_bf16() -> bool:
-    """Whether the CPU has bfloat16 instructions (`avx512_bf16` or `amx_bf16`); without them bf16 matmuls are slow."""
-    return bool(read_cpuinfo()[1] & NATIVE_BF16_FLAGS)
-
-
 def machine_info(device: torch.device) -> dict:
     """What a reader needs to compare runs across machines. Calls `fast_linear.selected_backend()`, which decides the
     S-LSTM's float32 CPU matmul backend once per process, so that the decision is not part of a timed call."""
-    cpu, _ = read_cpuinfo()
+    cpu = fast_linear.cpu_info().get("model name", "")
     return {
         "device": device.type,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu,
         "cpu": cpu,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "native_bf16": has_native_bf16(),
+        "native_bf16": fast_linear.cpu_has_fast_bf16(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "matmul_backend": fast_linear.selected_backend(),
@@ -190,11 +168,11 @@ class Timing:
     passed, at most `max_repeats`; a call that took more than `time_once_above` seconds is not timed again (plain bf16
     autocast on a CPU without bf16 takes minutes per call)."""
 
-    warmup: int = 1
-    repeats: int = 3
-    min_time: float = 1.0
-    max_repeats: int = 20
-    time_once_above: float = 60.0
+    warmup: int
+    repeats: int
+    min_time: float
+    max_repeats: int
+    time_once_above: float = float("inf")
 
 
 def synchronize(device: torch.device):
@@ -285,7 +263,11 @@ def gemm_backends(device: torch.device, dtype: torch.dtype) -> list[str]:
 def ceiling_gemm_dtypes(device: torch.device, autocast_dtypes) -> list[torch.dtype]:
     """float32, and each autocast dtype where its GEMM can beat float32's: on a GPU, or bf16 on a CPU with native bf16
     (elsewhere a 2048³ bf16 GEMM takes tens of seconds and would not be the ceiling anyway)."""
-    fast = [d for d in autocast_dtypes if device.type == "cuda" or (d == torch.bfloat16 and has_native_bf16())]
+    fast = [
+        d
+        for d in autocast_dtypes
+        if device.type == "cuda" or (d == torch.bfloat16 and fast_linear.cpu_has_fast_bf16())
+    ]
     return [torch.float32] + sorted(set(fast) - {torch.float32}, key=str)
 
 

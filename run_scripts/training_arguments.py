@@ -121,12 +121,14 @@ class DataArguments:
 @dataclass
 class SLSTMTrainingArguments(TrainingArguments):
     """`TrainingArguments` plus the paper's per-epoch exponential learning-rate decay and token-budget batches
-    (`--max_tokens_per_batch`), with two defaults changed:
+    (`--max_tokens_per_batch`) and early stopping (`--early_stopping_patience`), with three defaults changed:
 
     - `hub_strategy="end"`: with `--push_to_hub`, one commit at the end of the run (model, tokenizer, code, model
       card and results) instead of one per checkpoint save;
     - `ddp_find_unused_parameters=False`: every parameter of the S-LSTM and baseline heads takes part in every loss,
-      so DDP needs no search for unused ones (which costs a graph traversal per step and warns every run).
+      so DDP needs no search for unused ones (which costs a graph traversal per step and warns every run);
+    - `restore_callback_states_from_checkpoint=True`: a resumed run keeps its early-stopping count, so it stops where
+      an uninterrupted run would.
     """
 
     lr_decay_per_epoch: float | None = field(

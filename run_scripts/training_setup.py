@@ -25,7 +25,7 @@ from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_confi
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
-    sys.path.append(str(REPO_ROOT))  # `baselines/` lives beside `modeling_slstm/` and is not installed with it
+    sys.path.append(str(REPO_ROOT))  # `baselines/` lives beside `modeling_slstm/`: importable from a checkout too
 
 import baselines  # registers the baseline encoders with the Auto classes: their configs train here too
 
@@ -154,7 +154,8 @@ def apply_training_recipe(
     applied = {name: value for name, value in recipe.items() if name not in kept}
     for name, value in applied.items():
         setattr(training_args, name, value)
-    message = f"Training from scratch with the recipe of {source}: applied {format_arguments(applied) or 'nothing'}"
+    # A resumed run comes here too: it continues a model built from a config, with the same recipe.
+    message = f"Model built from a config, trained with the recipe of {source}: applied {format_arguments(applied) or 'nothing'}"
     if kept:
         message += f"; kept from the command line: {format_arguments(kept)}"
     logger.warning(message)

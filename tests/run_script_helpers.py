@@ -19,10 +19,11 @@ if str(SCRIPTS) not in sys.path:
 # The run_scripts modules, importable by the tests as `from run_script_helpers import data_utils` (whatever the order
 # in which isort puts the imports of a test module).
 import data_utils
+import slstm_trainer
 import training_arguments
 import training_setup
 
-__all__ = ["REPO", "SCRIPTS", "data_utils", "training_arguments", "training_setup"]
+__all__ = ["REPO", "SCRIPTS", "data_utils", "slstm_trainer", "training_arguments", "training_setup"]
 
 # The labels of write_generated_ner's corpus (IOB2), in the order of the model's labels.
 GENERATED_NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]

@@ -349,7 +349,7 @@ def test_value_checks_are_public_and_keep_their_messages():
 
 def test_unchecked_out_of_range_tags_fail_rather_than_give_a_loss(monkeypatch):
     # Where the forward methods do not read values (GPU tensors, traced graphs), a bad tag must still not be scored.
-    monkeypatch.setattr(crf_module, "_values_are_cheap_to_check", lambda tensor: False)
+    monkeypatch.setattr(crf_module, "values_are_cheap_to_check", lambda tensor: False)
     crf = ConditionalRandomField(3)
     emissions = torch.randn(1, 3, 3)
     for bad_tag in (3, -1, IGNORE_TAG):

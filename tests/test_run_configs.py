@@ -97,7 +97,7 @@ def resolve(tmp_path, config_name, *flags):
 
 
 def recipe_lines(caplog) -> list[str]:
-    return [record.getMessage() for record in caplog.records if "Training from scratch" in record.getMessage()]
+    return [record.getMessage() for record in caplog.records if "trained with the recipe of" in record.getMessage()]
 
 
 def test_fresh_model_gets_the_configs_recipe_and_logs_one_line(tmp_path, caplog):

@@ -14,7 +14,10 @@ import pytest
 import torch
 import yaml
 from huggingface_hub import CommitOperationAdd, HfApi, RepoUrl
-from run_script_helpers import run_args, run_main, write_generated_ner
+from run_script_helpers import run_args, run_main, slstm_trainer, write_generated_ner
+
+from baselines import BaselineEncoderConfig
+from modeling_slstm import SLSTMConfig
 
 REPO_ID = "someone/slstm-tiny-ner"
 
@@ -132,3 +135,18 @@ def test_push_to_hub_commit_and_fresh_load(tmp_path, monkeypatch):
         expected_ids = model(**tokenizer("the Mr Smith went in New York .", return_tensors="pt")).logits.argmax(-1)
     assert loaded["ids"] == expected_ids[0].tolist()
     shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("baseline", [False, True])
+def test_model_card_names_the_model_and_how_its_code_loads(tmp_path, baseline):
+    config = BaselineEncoderConfig(encoder_type="bilstm", num_layers=1) if baseline else SLSTMConfig()
+    info = {"task_description": "named entity recognition", **slstm_trainer.model_description(config)}
+    card = slstm_trainer.write_model_card(str(tmp_path), info, "someone/model").read_text()
+    metadata = yaml.safe_load(card.split("---")[1])
+    assert ("baseline" in metadata["tags"], "custom_code" in metadata["tags"]) == (baseline, not baseline)
+    first_line = next(line for line in card.splitlines() if "trained for named entity recognition" in line)
+    if baseline:
+        assert first_line.startswith("A **1-layer BiLSTM baseline**")
+        assert "`baselines` package" in card and "trust_remote_code" not in card
+    else:
+        assert first_line.startswith("A **Sentence-State LSTM**") and "trust_remote_code=True" in card
