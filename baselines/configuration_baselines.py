@@ -3,6 +3,7 @@
 from transformers import PreTrainedConfig
 
 from modeling_slstm.configuration_slstm import (
+    CLASSIFIER_POOLINGS,
     validate_char_settings,
     validate_dropouts,
     validate_head_tag_scheme,
@@ -12,7 +13,6 @@ from modeling_slstm.configuration_slstm import (
 
 BASELINE_ENCODER_TYPES = ("bilstm", "cnn", "transformer")
 BASELINE_POSITION_EMBEDDINGS = ("sinusoidal", "learned")
-CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
 
 
 class BaselineEncoderConfig(PreTrainedConfig):

@@ -8,8 +8,10 @@ converts whole modules for inference (no autograd). And CPU bf16 autocast, a lar
 path, makes matmuls many times slower where it has none.
 
 `SLSTMLinear` is a plain `nn.Linear` subclass (same parameters, same state dict), so PEFT/LoRA, forward hooks,
-pruning and quantised replacements see and replace it like any other `nn.Linear`. Its forward only picks how the
-same product is computed; results differ from `nn.Linear` by float summation order at most.
+pruning and tools that select layers with `isinstance(module, nn.Linear)` see and replace it like any other
+`nn.Linear`. Its forward only picks how the same product is computed; results differ from `nn.Linear` by float
+summation order at most. Tools that match exact module types (`torch.ao.quantization.quantize_dynamic`) need the
+plain classes: `as_plain_torch_modules(model)` swaps them in place.
 
 Measured behind the backend rule, each pair on one machine in the same run (docs/benchmarks.md): paper configuration,
 32 x 128 tokens, forward+backward, float32:
@@ -174,8 +176,8 @@ def cpu_has_fast_bf16() -> bool:
     accepts AVX-512 CPUs without bf16 instructions, where oneDNN emulates bf16; where /proc/cpuinfo cannot be read,
     it is the only check. Without native bf16, bf16 autocast was measured 18-20x slower than float32 (AVX2 EPYC).
 
-    The one rule for bf16 on the CPU: the S-LSTM layers, the training scripts' `--bf16` warning, the benchmarks and
-    `run_scripts/real_runs.sh` all ask it."""
+    The one rule for bf16 on the CPU: the S-LSTM layers, and the repository's training scripts (their `--bf16`
+    warning and launcher) and benchmarks all ask it."""
     return _cpu_has_fast_bf16()
 
 
@@ -193,6 +195,13 @@ def _bf16_autocast_without_fast_path(inputs: torch.Tensor) -> bool:
         and torch.get_autocast_dtype("cpu") == torch.bfloat16
         and not cpu_has_fast_bf16()
     )
+
+
+def _float32_without_autocast(compute, inputs: torch.Tensor) -> torch.Tensor:
+    """`compute(inputs)` in float32 with CPU autocast off (warned once): bf16 has no fast kernel on this CPU."""
+    _warn_float32_under_bf16_autocast()
+    with torch.autocast("cpu", enabled=False):
+        return compute(inputs.float())
 
 
 @cache
@@ -217,9 +226,7 @@ class SLSTMLinear(nn.Linear):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """`(..., in_features)` -> `(..., out_features)`."""
         if _bf16_autocast_without_fast_path(inputs):
-            _warn_float32_under_bf16_autocast()
-            with torch.autocast("cpu", enabled=False):
-                return self._float32_cpu_linear(inputs.float())
+            return _float32_without_autocast(self._float32_cpu_linear, inputs)
         if inputs.device.type == "cpu" and inputs.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"):
             return self._float32_cpu_linear(inputs)
         return super().forward(inputs)
@@ -245,7 +252,18 @@ class SLSTMConv1d(nn.Conv1d):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """`(batch, in_channels, length)` -> `(batch, out_channels, length')`."""
         if _bf16_autocast_without_fast_path(inputs):
-            _warn_float32_under_bf16_autocast()
-            with torch.autocast("cpu", enabled=False):
-                return super().forward(inputs.float())
+            return _float32_without_autocast(super().forward, inputs)
         return super().forward(inputs)
+
+
+def as_plain_torch_modules(model: nn.Module) -> nn.Module:
+    """Turns every `SLSTMLinear`/`SLSTMConv1d` of `model` into the `nn.Linear`/`nn.Conv1d` it extends, in place,
+    and returns `model`: for tools that match exact module types, e.g. `quantize_dynamic(model, {nn.Linear})`. The
+    model then computes with PyTorch's default kernels on every CPU.
+
+    The subclasses hold no state of their own, only a `forward`, so switching each module's class keeps its
+    parameters, buffers, hooks and state-dict keys as they are (no copy, nothing to reload)."""
+    for module in model.modules():
+        if type(module) in (SLSTMLinear, SLSTMConv1d):
+            module.__class__ = module.__class__.__mro__[1]
+    return model

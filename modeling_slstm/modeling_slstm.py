@@ -21,12 +21,13 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_dim
-from .crf import ConditionalRandomField, values_are_cheap_to_check
+from .crf import IGNORE_TAG, ConditionalRandomField, values_are_cheap_to_check
 from .fast_linear import SLSTMConv1d, SLSTMLinear
 from .tag_schemes import BIOESLabelMap
 
-IGNORE_INDEX = -100
-"""Label of positions without a label (boundary tokens, padding, continuation sub-words), as in `nn.CrossEntropyLoss`."""
+IGNORE_INDEX = IGNORE_TAG
+"""Label of positions without a label (boundary tokens, padding, continuation sub-words), as in `nn.CrossEntropyLoss`
+(-100), and the CRF's."""
 
 
 def check_values_in_range(
@@ -44,11 +45,18 @@ def check_values_in_range(
         )
 
 
+def sentence_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Real positions per row, `(batch, seq)` -> `(batch, 1)`, at least 1; counted in float32 whatever the model's
+    dtype, because bfloat16 cannot count past 256 (257 rounds to 256)."""
+    return attention_mask.sum(1, keepdim=True, dtype=torch.float32).clamp(min=1)
+
+
 def masked_mean(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Mean over real positions: `(batch, seq, hidden)`, bool `(batch, seq)` -> `(batch, hidden)`; zero for a row
     without real positions."""
     mask = attention_mask.unsqueeze(-1).to(states.dtype)  # (batch, seq, 1)
-    return (states * mask).sum(1) / mask.sum(1).clamp(min=1)
+    counts = sentence_lengths(attention_mask)  # (batch, 1)
+    return ((states * mask).sum(1) / counts).to(states.dtype)
 
 
 def real_token_mask(attention_mask: torch.Tensor | None, states: torch.Tensor) -> torch.Tensor:
@@ -145,7 +153,8 @@ class SLSTMEmbeddings(nn.Module):
         embedding part only), and with character features `char_ids` `(batch, seq, max_word_length)` ->
         `(batch, seq, output_dim)`. `char_ids` are ignored without character features."""
         if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids or inputs_embeds")
+            given = "both" if input_ids is not None else "neither"
+            raise ValueError(f"Pass exactly one of input_ids or inputs_embeds, got {given}")
         if inputs_embeds is None:
             if input_ids.dim() != 2:
                 raise ValueError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
@@ -249,11 +258,14 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         gate_terms, content = terms.split([self.num_context_blocks * self.hidden_size, self.hidden_size], dim=-1)
         return gate_terms.contiguous(), content
 
-    def normalize(self, pre_activations: torch.Tensor, dim: int) -> torch.Tensor:
-        """Gates that sum to one along `dim`; float32 so that low-precision autocast cannot skew the weights."""
+    def normalize(self, pre_activations: torch.Tensor, dim: int, excluded: torch.Tensor | None = None) -> torch.Tensor:
+        """Gates that sum to one along `dim` (softmax, of the sigmoids by default: `gate_normalization`); `excluded`
+        (bool, broadcastable) gates get weight exactly zero. Float32 at least, so that low-precision autocast cannot
+        skew the weights (float64 stays float64, e.g. for gradcheck)."""
         if self.softmax_of_sigmoid:
             pre_activations = torch.sigmoid(pre_activations)
-        # At least float32 (float64 stays float64, e.g. for gradcheck).
+        if excluded is not None:
+            pre_activations = pre_activations.masked_fill(excluded, float("-inf"))
         dtype = torch.promote_types(pre_activations.dtype, torch.float32)
         return torch.softmax(pre_activations, dim=dim, dtype=dtype)
 
@@ -292,30 +304,43 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
             )
         return new_word_states, new_word_cells, sentence_states, sentence_cells
 
-    def update_words(self, h, c, g, c_g, input_gate_terms, input_content, mask):
-        """Eq. 2, all words at once.
+    def update_words(
+        self,
+        h: torch.Tensor,
+        c: torch.Tensor,
+        g: torch.Tensor,
+        c_g: torch.Tensor,
+        input_gate_terms: torch.Tensor,
+        input_content: torch.Tensor | None,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 2, all words at once: `(h^{t-1}, c^{t-1}, g^{t-1}, c_g^{t-1})` (shapes as in `forward`) -> `(h^t, c^t)`
+        `(batch, seq, hidden)`.
 
         Written for speed, with the same math as the equations: one matmul `W ξ_i` over all positions; the
         pre-activations and gates are cut with `split` (whose backward is one concatenation) rather than slicing
         (whose backward writes a zero tensor per slice).
         """
         batch, seq, hidden = h.shape
+        blocks = self.num_context_blocks
         xi = neighbourhood(h, self.window_size).reshape(batch, seq, self.window_width * hidden)  # ξ_i
-        bias = input_gate_terms.view(batch, seq, self.num_context_blocks, hidden)  # U x_i + b
+        constant_terms = input_gate_terms.view(batch, seq, blocks, hidden)  # U x_i + b
         if self.num_sentence_nodes:
             sentence_term = self.word_sentence(g.flatten(1))  # V g^{t-1}: (batch, blocks * hidden)
-            bias = bias + sentence_term.view(batch, 1, self.num_context_blocks, hidden)
-        pre = self.word_window(xi).view(batch, seq, self.num_context_blocks, hidden) + bias  # W ξ_i + U x_i + V g + b
+            constant_terms = constant_terms + sentence_term.view(batch, 1, blocks, hidden)
+        pre = self.word_window(xi).view(batch, seq, blocks, hidden) + constant_terms  # W ξ_i + U x_i + V g + b
 
-        # (i, l, f, r, s) = softmax over the gates, per hidden dimension.
-        blocks = [self.num_normalized_gates, int(self.has_output_gate), int(self.has_recurrent_content)]
-        gate_pre, output_pre, content_pre = pre.split(blocks, dim=2)
-        gates = self.normalize(gate_pre, dim=2)  # (batch, seq, gates, hidden)
+        # Eq. 2's normalised gates (l_w … f … r_w, s_k, i) sum to one per hidden dimension; o and u are separate.
+        gate_pre, output_pre, content_pre = pre.split(
+            [self.num_normalized_gates, int(self.has_output_gate), int(self.has_recurrent_content)], dim=2
+        )  # (batch, seq, normalised gates | 1 or 0 | 1 or 0, hidden)
+        gates = self.normalize(gate_pre, dim=2)  # (batch, seq, normalised gates, hidden)
         window_gates, sentence_gates, content_gate = gates.split(
             [self.window_width, self.num_sentence_nodes, 1], dim=2
-        )
+        )  # (batch, seq, 2w + 1 | nodes | 1, hidden)
 
         content = torch.tanh(content_pre.squeeze(2)) if self.has_recurrent_content else input_content  # u_i
+        # c_i = Σ_k l/f/r_k ⊙ c_{i+k} + i ⊙ u_i (+ s ⊙ c_g below): (batch, seq, hidden)
         cells = (window_gates * neighbourhood(c, self.window_size)).sum(2) + content_gate.squeeze(2) * content
         if self.num_sentence_nodes:
             cells = cells + (sentence_gates * c_g.unsqueeze(1)).sum(2)  # s ⊙ c_g^{t-1}
@@ -327,11 +352,20 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         states = states.to(h.dtype) * mask
         return states, cells
 
-    def update_sentence(self, h, c, g, c_g, mask, lengths):
-        """Eq. 3 for every sentence node at once."""
+    def update_sentence(
+        self,
+        h: torch.Tensor,
+        c: torch.Tensor,
+        g: torch.Tensor,
+        c_g: torch.Tensor,
+        mask: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eq. 3 for every sentence node at once: `(h^{t-1}, c^{t-1}, g^{t-1}, c_g^{t-1})` (shapes as in `forward`)
+        -> `(g^t, c_g^t)` `(batch, nodes, hidden)`."""
         batch, seq, hidden = h.shape
         nodes = self.num_sentence_nodes
-        mean_state = h.sum(1) / lengths  # h̄ over real positions (h is zero at padding): (batch, hidden)
+        mean_state = (h.sum(1) / lengths).to(h.dtype)  # h̄ over real positions (h is zero at padding): (batch, hidden)
         flat_g = g.flatten(1)  # (batch, nodes * hidden)
         sentence_pre = self.sentence_gates(torch.cat([flat_g, mean_state], dim=-1))
         sentence_pre = sentence_pre.view(batch, -1, nodes, hidden)  # W g + U h̄ + b: (batch, 1 + o, nodes, hidden)
@@ -339,18 +373,16 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         sentence_forget = self.word_forget_from_sentence(flat_g).view(batch, 1, nodes, hidden)  # W_f g + b_f
         word_pre = self.word_forget_from_word(h).view(batch, seq, nodes, hidden) + sentence_forget  # + U_f h_i
 
-        if self.softmax_of_sigmoid:
-            word_pre = torch.sigmoid(word_pre)
-            keep_pre = torch.sigmoid(keep_pre)
-        # softmax over (f_0 … f_{n+1}, f_g): padding gets -inf, i.e. weight exactly zero.
-        word_pre = word_pre.masked_fill(mask.unsqueeze(-1) == 0, float("-inf"))
-        dtype = torch.promote_types(word_pre.dtype, torch.float32)
-        weights = torch.softmax(torch.cat([word_pre, keep_pre], dim=1), dim=1, dtype=dtype)
+        # (f_0 … f_{n+1}, f_g) sum to one over the real positions and g; padding gets weight exactly zero.
+        padding = torch.cat([mask == 0, mask.new_zeros(batch, 1, 1, dtype=torch.bool)], dim=1)  # (batch, seq + 1, 1)
+        weights = self.normalize(
+            torch.cat([word_pre, keep_pre], dim=1), dim=1, excluded=padding.unsqueeze(-1)
+        )  # (batch, seq + 1, nodes, hidden)
         word_weights, keep_weights = weights.split([seq, 1], dim=1)
         cells = (word_weights * c.unsqueeze(2)).sum(1) + keep_weights.squeeze(1) * c_g  # (batch, nodes, hidden)
         states = torch.tanh(cells)
         if self.has_output_gate:
-            states = torch.sigmoid(output_pre.squeeze(1)) * states
+            states = torch.sigmoid(output_pre.squeeze(1)) * states  # o ⊙ tanh(c_g)
         return states.to(h.dtype), cells.to(h.dtype)
 
 
@@ -363,8 +395,8 @@ class SLSTMPreTrainedModel(PreTrainedModel):
     biases zero; word embeddings normal with `config.initializer_range` (replaced by pretrained vectors when given)
     and a zero padding row (character embeddings likewise); the learned initial state `h^0` zero; the CRF's own
     `reset_parameters` (pytorch-crf's uniform `±0.1` scores, and the scheme constraints, which are masks rather than
-    parameters). The character CNN's convolution keeps PyTorch's `nn.Conv1d` initialisation (Kaiming uniform over its
-    fan-in, `char_embedding_dim * char_kernel_size`, which is unrelated to `hidden_size`).
+    parameters). The character CNN's convolution gets PyTorch's `nn.Conv1d` initialisation (uniform in
+    `±1/sqrt(fan_in)`, fan-in `char_embedding_dim * char_kernel_size`, which is unrelated to `hidden_size`).
     """
 
     config_class = SLSTMConfig
@@ -382,6 +414,12 @@ class SLSTMPreTrainedModel(PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
             if module.padding_idx is not None:
                 init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.Conv1d):
+            # PyTorch's own `nn.Conv1d` draw, here as well so that it also fills a convolution missing from a loaded
+            # checkpoint (e.g. character features added to a word-only model), which would otherwise stay unset.
+            bound = module.weight[0].numel() ** -0.5  # 1 / sqrt(fan_in)
+            init.uniform_(module.weight, -bound, bound)
+            init.uniform_(module.bias, -bound, bound)
         elif isinstance(module, SLSTMModel):
             init.zeros_(module.initial_state)
         elif isinstance(module, ConditionalRandomField):
@@ -459,7 +497,7 @@ class SLSTMModel(SLSTMPreTrainedModel):
         attention_mask = real_token_mask(attention_mask, inputs_embeds)  # (batch, seq)
 
         mask = attention_mask.unsqueeze(-1).to(inputs_embeds.dtype)  # (batch, seq, 1)
-        lengths = mask.sum(1).clamp(min=1)  # (batch, 1)
+        lengths = sentence_lengths(attention_mask)  # (batch, 1)
         input_gate_terms, input_content = self.transition.input_terms(inputs_embeds)
 
         hidden = self.config.hidden_size
@@ -662,7 +700,10 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
 
     CRF chain: at training (when `labels` are given) the chain is the positions whose label is not -100, so the
     boundary tokens `<s>`/`</s>`, padding and non-first sub-words (labelled -100 by the usual alignment) are left
-    out. At inference it is the positions where `attention_mask` is 1 and the token is not `pad`/`bos`/`eos`.
+    out, as is any position where `attention_mask` is 0. At inference it is the positions where `attention_mask` is 1
+    and the token is not `pad`/`bos`/`eos`; with `inputs_embeds` instead of `input_ids` the token ids are unknown, so
+    the chain is the whole `attention_mask`, boundary positions included (give `labels`, or leave the boundary
+    tokens out of `inputs_embeds`, to keep them off the chain).
     The CRF loss is the negative log-likelihood averaged over the sentences of the batch, so the Trainer must not
     rescale it (`accepts_loss_kwargs` is `False` with the CRF); the softmax loss honours the Trainer's
     `num_items_in_batch` (a token-level mean over the whole accumulated, all-process batch).
@@ -753,7 +794,7 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
                 scores = nn.functional.log_softmax(emissions.float(), dim=-1)  # (batch, seq, head tags)
         else:
             if labels is not None:
-                chain = head_labels != IGNORE_INDEX  # (batch, seq)
+                chain = (head_labels != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
                 loss = self.crf(emissions, head_labels, chain, reduction="mean")
             else:
                 chain = self.inference_chain(input_ids, real_token_mask(attention_mask, emissions))

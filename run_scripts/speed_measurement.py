@@ -25,7 +25,6 @@ from modeling_slstm.configuration_slstm import SLSTMConfig
 from modeling_slstm.modeling_slstm import SLSTMModel
 
 VOCAB_SIZE = 10000
-CEILING_SIZE = 2048
 PAPER_SLSTM = "slstm"
 REFERENCE_SLSTM = "slstm-reference"
 

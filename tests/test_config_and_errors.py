@@ -73,8 +73,8 @@ def encoder():
 @pytest.mark.parametrize(
     "inputs, message",
     [
-        ({"input_ids": IDS, "inputs_embeds": torch.zeros(1, 3, 5)}, r"exactly one of input_ids or inputs_embeds"),
-        ({}, r"exactly one of input_ids or inputs_embeds"),
+        ({"input_ids": IDS, "inputs_embeds": torch.zeros(1, 3, 5)}, r"exactly one of input_ids or inputs_embeds, got both"),
+        ({}, r"exactly one of input_ids or inputs_embeds, got neither"),
         ({"inputs_embeds": torch.zeros(1, 3, 4)}, r"inputs_embeds must .*\(batch, seq, 5\), got \(1, 3, 4\)"),
         ({"inputs_embeds": torch.zeros(3, 5)}, r"inputs_embeds must have shape \(batch, seq, 5\), got \(3, 5\)"),
         ({"input_ids": torch.tensor([4, 5, 6])}, r"input_ids must have shape \(batch, seq\), got \(3,\)"),

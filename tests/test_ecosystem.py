@@ -1,12 +1,17 @@
-"""The model as the ecosystem uses it: forward hooks and PEFT/LoRA on the encoder's own `nn.Linear` modules, and
+"""The model as the ecosystem uses it: forward hooks, PEFT/LoRA and dynamic quantisation on the encoder's own
+`nn.Linear` modules, and
 `torch.export` of every task model with a dynamic batch and sequence length."""
+
+import warnings
 
 import pytest
 import torch
-from helpers import build, pad, random_ids, tagger_config, tiny_config
+from helpers import build, char_settings, pad, pad_spellings, random_ids, random_spellings, tagger_config, tiny_config
 from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+from torch.ao.quantization import quantize_dynamic
 
-from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
+from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel, fast_linear
 from modeling_slstm.crf import MAX_TRACED_LENGTH
 
 peft = pytest.importorskip("peft", reason="peft is not installed")
@@ -29,6 +34,28 @@ def test_forward_hooks_fire_on_every_encoder_linear():
     steps = model.config.num_steps
     expected = {name: 1 if name.endswith("word_input") else steps for name in names}
     assert calls == expected
+
+
+def test_dynamic_quantization_after_swapping_in_the_plain_torch_modules():
+
+    model = build(SLSTMForTokenClassification, tagger_config(**char_settings()))
+    ids, mask = pad(random_ids([5, 3]))
+    inputs = {"input_ids": ids, "attention_mask": mask, "char_ids": pad_spellings(random_spellings([5, 3]))}
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao.quantization points to torchao
+        assert not any(type(m) is DynamicQuantizedLinear for m in quantize_dynamic(model, {nn.Linear}).modules())
+        fast_linear.as_plain_torch_modules(model)
+        assert {type(m) for m in model.modules()}.isdisjoint({fast_linear.SLSTMLinear, fast_linear.SLSTMConv1d})
+        assert all(torch.equal(tensor, state[name]) for name, tensor in model.state_dict().items())
+        with torch.no_grad():
+            torch.testing.assert_close(model(**inputs).logits, expected)  # the same model, PyTorch's kernels
+        quantized = quantize_dynamic(model, {nn.Linear})
+    assert sum(type(m) is DynamicQuantizedLinear for m in quantized.modules()) >= 6
+    with torch.no_grad():
+        torch.testing.assert_close(quantized(**inputs).logits, expected, rtol=0.1, atol=0.1)
 
 
 def test_lora_on_every_encoder_linear_changes_outputs_and_trains():

@@ -8,6 +8,7 @@ from helpers import BIO_LABELS, BOS, EOS, PAD, build, pad, random_ids, tagger_co
 from torch.nn import functional as F
 
 from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
+from modeling_slstm.modeling_slstm import sentence_lengths
 
 
 def batch(lengths=(4, 2, 3), seed=0):
@@ -79,6 +80,28 @@ def test_crf_tagger_loss_is_mean_negative_log_likelihood():
     per_sentence = model.crf(emissions, labels, labels != -100, reduction="none")
     assert torch.all(per_sentence > 0)
     torch.testing.assert_close(out.loss, per_sentence.mean(), rtol=1e-6, atol=0)
+
+
+def test_crf_chain_leaves_out_padding_whatever_its_labels():
+    # A collator that pads labels with a real tag id (here 0) instead of -100 must not put padding on the chain.
+    model = build(SLSTMForTokenClassification, tagger_config(use_crf=True))
+    ids, mask, labels = tagging_batch()
+    padded_with_tag = labels.masked_fill(mask == 0, 0)
+    assert not torch.equal(padded_with_tag, labels)
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, labels=labels)
+        out = model(input_ids=ids, attention_mask=mask, labels=padded_with_tag)
+    torch.testing.assert_close(out.loss, expected.loss, rtol=0, atol=0)
+    assert torch.equal(out.logits, expected.logits)
+
+
+def test_sentence_lengths_count_exactly_in_bfloat16():
+    # bfloat16 has 8 significant bits: counted in the model's dtype, 257 real tokens would be 256.
+    mask = torch.ones(2, 257, dtype=torch.bfloat16)
+    mask[1, 3:] = 0
+    assert mask.sum(1).tolist() == [256.0, 3.0]
+    lengths = sentence_lengths(mask)  # (batch, 1)
+    assert lengths.dtype == torch.float32 and lengths.flatten().tolist() == [257.0, 3.0]
 
 
 @pytest.mark.parametrize("with_labels", [True, False])

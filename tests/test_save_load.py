@@ -64,6 +64,20 @@ def test_round_trip(kind, tmp_path):
         assert not loaded.crf.transition_allowed.all()
 
 
+def test_character_features_added_to_a_word_only_checkpoint_start_initialised(tmp_path):
+    # The convolution is missing from the checkpoint: loading must draw it as a fresh model would, not leave the
+    # uninitialised memory that transformers allocates for missing weights.
+    build(SLSTMForTokenClassification, tagger_config()).save_pretrained(tmp_path)
+    # The word representation grows by the character features: the input layer is redrawn too.
+    loaded = SLSTMForTokenClassification.from_pretrained(tmp_path, ignore_mismatched_sizes=True, **char_settings())
+    convolution = loaded.slstm.embeddings.char_encoder.convolution
+    bound = convolution.weight[0].numel() ** -0.5
+    for parameter in (convolution.weight, convolution.bias):
+        assert torch.isfinite(parameter).all() and parameter.abs().max() <= bound
+        assert parameter.std() > bound / 4  # drawn, not zeros
+    assert torch.isfinite(outputs(loaded.eval())).all()
+
+
 @pytest.mark.parametrize("kind", MODELS)
 def test_saved_config_maps_every_auto_class(kind, tmp_path):
     model_class, config, _ = MODELS[kind]
