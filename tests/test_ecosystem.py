@@ -1,6 +1,5 @@
 """The model as the ecosystem uses it: forward hooks, PEFT/LoRA and dynamic quantisation on the encoder's own
-`nn.Linear` modules, and
-`torch.export` of every task model with a dynamic batch and sequence length."""
+`nn.Linear` modules, and `torch.export` of every task model with a dynamic batch and sequence length."""
 
 import warnings
 
