@@ -1,7 +1,7 @@
 """Baseline encoders the S-LSTM paper compares with: stacked BiLSTM, stacked CNN and Transformer encoder.
 
-They are baselines, not S-LSTM: their task models run the S-LSTM task models' own `forward` (pooling, classifier, CRF)
-and the same word representations, through the same `run_scripts`, so an accuracy or speed comparison changes the
+They are baselines, not S-LSTM: their task models have the S-LSTM task models' heads (pooling, classifier, CRF) and a
+copy of their `forward`, and the same word representations, through the same `run_scripts`, so an accuracy or speed comparison changes the
 encoder only. They live outside `modeling_slstm` so that an S-LSTM checkpoint carries S-LSTM code only. Each encoder is built from a stock PyTorch module (`nn.LSTM`, `nn.Conv1d`,
 `nn.TransformerEncoder`) so that the library's fast kernels (cuDNN / oneDNN) are the ones measured.
 
@@ -16,16 +16,23 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.modeling_outputs import BaseModelOutputWithPooling
+from transformers.loss.loss_utils import fixed_cross_entropy
+from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
 from modeling_slstm.crf import ConditionalRandomField
+from modeling_slstm.fast_linear import SLSTMLinear
 from modeling_slstm.modeling_slstm import (
+    IGNORE_INDEX,
     SLSTMEmbeddings,
-    SLSTMForSequenceClassification,
-    SLSTMForTokenClassification,
+    SLSTMPooler,
+    bioes_gold_tags,
+    check_values_in_range,
+    crf_inference_chain,
+    iob2_label_scores,
     masked_mean,
     real_token_mask,
 )
+from modeling_slstm.tag_schemes import BIOESLabelMap
 
 from .configuration_baselines import BaselineEncoderConfig
 
@@ -54,18 +61,14 @@ class BiLSTMEncoder(nn.Module):
     def forward(self, embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         seq = embeds.shape[1]
         lengths = mask.sum(1)  # (batch,)
-        # Right padding (real positions first) packs as it is; any other mask is left-compacted first.
-        right_padded = mask.cumsum(1) == torch.arange(1, seq + 1, device=mask.device).clamp(max=lengths[:, None])
-        compacted = not bool(right_padded.all())
-        if compacted:
-            # A stable sort puts real positions first, in order; `order` maps compact -> original position.
-            order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices  # (batch, seq)
-            embeds = embeds.gather(1, order.unsqueeze(-1).expand_as(embeds))
+        # Packing reads real positions first: a stable sort left-compacts any mask (for right padding it is the
+        # identity, kept unconditional so that no branch depends on the data); `order` maps compact -> original.
+        order = torch.sort((~mask).to(torch.int8), dim=1, stable=True).indices  # (batch, seq)
+        embeds = embeds.gather(1, order.unsqueeze(-1).expand_as(embeds))  # (batch, seq, width), compacted
         packed = pack_padded_sequence(embeds, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         outputs, (final_states, _) = self.lstm(packed)
         outputs, _ = pad_packed_sequence(outputs, batch_first=True, total_length=seq)  # (batch, seq, hidden)
-        if compacted:
-            outputs = torch.empty_like(outputs).scatter(1, order.unsqueeze(-1).expand_as(outputs), outputs)
+        outputs = torch.empty_like(outputs).scatter(1, order.unsqueeze(-1).expand_as(outputs), outputs)
         outputs = outputs * mask.unsqueeze(-1).to(outputs.dtype)
         pooled = torch.cat([final_states[-2], final_states[-1]], dim=-1)  # (batch, hidden)
         return outputs, pooled
@@ -161,7 +164,8 @@ class BaselinePreTrainedModel(PreTrainedModel):
     """
 
     config_class = BaselineEncoderConfig
-    # The task models run the S-LSTM task models' `forward`, which reads the encoder as `self.slstm`.
+    # The encoder attribute has the S-LSTM models' name, so that the copied `forward` reads the same and both kinds of
+    # checkpoint share one layout.
     base_model_prefix = "slstm"
     supports_gradient_checkpointing = False
     # Benchmark models: `save_pretrained` copies no code (the package is imported to load them).
@@ -258,32 +262,166 @@ class BaselineModel(BaselinePreTrainedModel):
         return BaseModelOutputWithPooling(last_hidden_state=outputs, pooler_output=pooled, hidden_states=hidden_states)
 
 
-class BaselineForSequenceClassification(BaselinePreTrainedModel, SLSTMForSequenceClassification):
+class BaselineForSequenceClassification(BaselinePreTrainedModel):
     r"""
-    A baseline encoder under the S-LSTM sentence classifier: [`SLSTMForSequenceClassification`]'s modules and
-    `forward`, with the encoder replaced.
+    A baseline encoder under the S-LSTM sentence classifier: [`SLSTMForSequenceClassification`]'s head (pooling,
+    dropout, linear classifier, `transformers`' loss) and `forward`, with [`BaselineModel`] as the encoder.
 
     Args:
         config ([`BaselineEncoderConfig`]): model configuration; `num_labels`, `classifier_pooling`,
             `classifier_dropout`.
     """
 
+    accepts_loss_kwargs = False
+
     def __init__(self, config: BaselineEncoderConfig):
-        SLSTMForSequenceClassification.__init__(self, config, encoder=BaselineModel(config))
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.slstm = BaselineModel(config)
+        self.pooler = SLSTMPooler(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = SLSTMLinear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    # Copied from modeling_slstm.modeling_slstm.SLSTMForSequenceClassification.forward (tests/test_baselines.py
+    # checks that the two stay identical)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        char_ids: torch.LongTensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
+        r"""
+        Args:
+            input_ids, attention_mask, inputs_embeds, char_ids, output_hidden_states: as for [`SLSTMModel`].
+            labels (`torch.Tensor` of shape `(batch,)`, or `(batch, num_labels)` for multi-label / regression).
+
+        Returns:
+            `logits` `(batch, num_labels)`, `loss` when `labels` are given, `hidden_states` when asked.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.slstm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            char_ids=char_ids,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        mask = real_token_mask(attention_mask, outputs.last_hidden_state)  # (batch, seq)
+        features = self.pooler(outputs.last_hidden_state, outputs.pooler_output, mask)  # (batch, hidden)
+        logits = self.classifier(self.dropout(features))  # (batch, num_labels)
+
+        loss = None
+        if labels is not None:
+            if labels.shape[0] != logits.shape[0]:
+                raise ValueError(
+                    f"labels must have batch size {logits.shape[0]} like the input, got shape {tuple(labels.shape)}"
+                )
+            if labels.dim() == 1 and not labels.is_floating_point() and self.num_labels > 1:
+                check_values_in_range(labels, self.num_labels, "labels", "num_labels")
+            loss = self.loss_function(labels, logits, self.config)
+        if not return_dict:
+            return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
-class BaselineForTokenClassification(BaselinePreTrainedModel, SLSTMForTokenClassification):
+class BaselineForTokenClassification(BaselinePreTrainedModel):
     r"""
-    A baseline encoder under the S-LSTM tagger: [`SLSTMForTokenClassification`]'s modules and `forward` (softmax or
-    linear-chain CRF), with the encoder replaced.
+    A baseline encoder under the S-LSTM tagger: [`SLSTMForTokenClassification`]'s head (dropout, linear emissions,
+    softmax or linear-chain CRF, optional BIOES training of IOB2 labels) and `forward`, with [`BaselineModel`] as the
+    encoder.
 
     Args:
         config ([`BaselineEncoderConfig`]): model configuration; `num_labels`/`id2label`, `use_crf`,
-            `crf_constraints`, `classifier_dropout`.
+            `crf_constraints`, `head_tag_scheme`, `classifier_dropout`.
     """
 
     def __init__(self, config: BaselineEncoderConfig):
-        SLSTMForTokenClassification.__init__(self, config, encoder=BaselineModel(config))
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.slstm = BaselineModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        labels = [config.id2label[index] for index in range(config.num_labels)]
+        self.bioes = BIOESLabelMap(labels) if config.head_tag_scheme == "BIOES" else None
+        head_tags = labels if self.bioes is None else self.bioes.tags
+        self.classifier = SLSTMLinear(config.hidden_size, len(head_tags))
+        self.crf = None
+        if config.use_crf:
+            self.crf = ConditionalRandomField.from_labels(head_tags, use_constraints=config.crf_constraints)
+        self.post_init()
+
+    @property
+    def accepts_loss_kwargs(self) -> bool:
+        return not self.config.use_crf
+
+    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.forward (tests/test_baselines.py checks
+    # that the two stay identical)
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        char_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> TokenClassifierOutput | tuple:
+        r"""
+        Args:
+            input_ids, attention_mask, inputs_embeds, char_ids, output_hidden_states: as for [`SLSTMModel`].
+            labels (`torch.LongTensor` of shape `(batch, seq)`, *optional*): tag ids, -100 where there is no label.
+            kwargs: `num_items_in_batch` from the Trainer (softmax head only).
+
+        Returns:
+            `logits` `(batch, seq, num_labels)` (see the class docstring), `loss` when `labels` are given.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.slstm(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            char_ids=char_ids,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        emissions = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, head tags)
+        head_labels = None
+        if labels is not None:
+            if labels.shape != emissions.shape[:2]:
+                raise ValueError(
+                    f"labels must have the shape of the input, (batch, seq) = {tuple(emissions.shape[:2])}, "
+                    f"got {tuple(labels.shape)}"
+                )
+            check_values_in_range(labels, self.num_labels, "labels", "num_labels", ignore_index=IGNORE_INDEX)
+            head_labels = labels if self.bioes is None else bioes_gold_tags(labels, self.bioes)  # (batch, seq)
+
+        loss = None
+        if self.crf is None:
+            if labels is not None:
+                # transformers' token-classification loss (its `ForTokenClassification` assumes num_labels columns).
+                flat_emissions = emissions.flatten(0, 1).float()  # (batch * seq, head tags)
+                loss = fixed_cross_entropy(flat_emissions, head_labels.flatten(), **kwargs)
+            scores, combine = emissions, torch.logaddexp
+            if self.bioes is not None:
+                scores = nn.functional.log_softmax(emissions.float(), dim=-1)  # (batch, seq, head tags)
+        else:
+            if labels is not None:
+                chain = (head_labels != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
+                loss = self.crf(emissions, head_labels, chain, reduction="mean")
+            else:
+                chain = crf_inference_chain(input_ids, real_token_mask(attention_mask, emissions), self.config)
+            scores, combine = self.crf.max_marginals(emissions, chain), torch.maximum  # (batch, seq, head tags)
+        logits = scores if self.bioes is None else iob2_label_scores(scores, self.bioes, combine)  # (batch, seq, L)
+        if not return_dict:
+            return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
 __all__ = [

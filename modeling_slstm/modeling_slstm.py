@@ -14,7 +14,7 @@ linear-chain CRF of `crf.py`).
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import PreTrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.loss.loss_utils import fixed_cross_entropy
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -595,16 +595,14 @@ class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
 
     Args:
         config ([`SLSTMConfig`]): model configuration; `num_labels`, `classifier_pooling`, `classifier_dropout`.
-        encoder (`nn.Module`, *optional*): the encoder to read instead of a new [`SLSTMModel`]; it takes
-            [`SLSTMModel`]'s inputs and returns its outputs (used to compare other encoders under the same head).
     """
 
     accepts_loss_kwargs = False
 
-    def __init__(self, config: SLSTMConfig, encoder: nn.Module | None = None):
+    def __init__(self, config: SLSTMConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.slstm = encoder if encoder is not None else SLSTMModel(config)
+        self.slstm = SLSTMModel(config)
         self.pooler = SLSTMPooler(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = SLSTMLinear(config.hidden_size, config.num_labels)
@@ -692,6 +690,20 @@ def iob2_label_scores(tag_scores: torch.Tensor, label_map: BIOESLabelMap, combin
     return torch.where(kept == closed, kept_scores, combine(kept_scores, closed_scores))
 
 
+def crf_inference_chain(
+    input_ids: torch.LongTensor | None, attention_mask: torch.Tensor, config: PreTrainedConfig
+) -> torch.Tensor:
+    """The CRF chain at inference, bool `(batch, seq)`: real tokens that are not padding or sentence boundaries
+    (`config.pad_token_id`/`bos_token_id`/`eos_token_id`); the whole `attention_mask` without `input_ids`."""
+    if input_ids is None:
+        return attention_mask
+    special = [config.pad_token_id, config.bos_token_id, config.eos_token_id]
+    special = torch.tensor([t for t in special if t is not None], device=input_ids.device)
+    # A comparison with each id rather than `torch.isin`, which has no ONNX translation.
+    is_special = (input_ids.unsqueeze(-1) == special).any(dim=-1)  # (batch, seq)
+    return attention_mask & ~is_special
+
+
 class SLSTMForTokenClassification(SLSTMPreTrainedModel):
     r"""
     S-LSTM with a per-word tagger: dropout and a linear layer on the final word states give emissions
@@ -721,14 +733,12 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
     Args:
         config ([`SLSTMConfig`]): model configuration; `num_labels`/`id2label`, `use_crf`, `crf_constraints`,
             `classifier_dropout`.
-        encoder (`nn.Module`, *optional*): the encoder to read instead of a new [`SLSTMModel`]; it takes
-            [`SLSTMModel`]'s inputs and returns its outputs (used to compare other encoders under the same head).
     """
 
-    def __init__(self, config: SLSTMConfig, encoder: nn.Module | None = None):
+    def __init__(self, config: SLSTMConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.slstm = encoder if encoder is not None else SLSTMModel(config)
+        self.slstm = SLSTMModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
         labels = [config.id2label[index] for index in range(config.num_labels)]
         self.bioes = BIOESLabelMap(labels) if config.head_tag_scheme == "BIOES" else None
@@ -797,22 +807,12 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
                 chain = (head_labels != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
                 loss = self.crf(emissions, head_labels, chain, reduction="mean")
             else:
-                chain = self.inference_chain(input_ids, real_token_mask(attention_mask, emissions))
+                chain = crf_inference_chain(input_ids, real_token_mask(attention_mask, emissions), self.config)
             scores, combine = self.crf.max_marginals(emissions, chain), torch.maximum  # (batch, seq, head tags)
         logits = scores if self.bioes is None else iob2_label_scores(scores, self.bioes, combine)  # (batch, seq, L)
         if not return_dict:
             return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
-
-    def inference_chain(self, input_ids: torch.LongTensor | None, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Bool `(batch, seq)`: real tokens that are not padding or sentence boundaries."""
-        if input_ids is None:
-            return attention_mask
-        special = [self.config.pad_token_id, self.config.bos_token_id, self.config.eos_token_id]
-        special = torch.tensor([t for t in special if t is not None], device=input_ids.device)
-        # A comparison with each id rather than `torch.isin`, which has no ONNX translation.
-        is_special = (input_ids.unsqueeze(-1) == special).any(dim=-1)  # (batch, seq)
-        return attention_mask & ~is_special
 
 
 SLSTMConfig.register_for_auto_class()

@@ -1,5 +1,7 @@
 """Tests of the baseline encoders (`baselines`): padding invariance, heads, Auto round trip."""
 
+import inspect
+
 import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
@@ -10,6 +12,7 @@ from baselines import (
     BaselineForTokenClassification,
     BaselineModel,
 )
+from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification
 
 ENCODERS = [("bilstm", 1), ("bilstm", 2), ("cnn", 2), ("transformer", 2)]
 LABELS = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
@@ -114,3 +117,26 @@ def test_config_validation():
         BaselineEncoderConfig(encoder_type="bilstm", hidden_size=15)
     with pytest.raises(ValueError, match="divide"):
         BaselineEncoderConfig(encoder_type="transformer", hidden_size=16, num_attention_heads=3)
+
+
+@pytest.mark.parametrize(
+    "baseline_class, slstm_class",
+    [
+        (BaselineForSequenceClassification, SLSTMForSequenceClassification),
+        (BaselineForTokenClassification, SLSTMForTokenClassification),
+    ],
+)
+def test_copied_forwards_stay_identical_to_the_slstm_ones(baseline_class, slstm_class):
+    # Each task model owns its `forward` ("copy, don't abstract"); the baselines' copies must not drift from the
+    # S-LSTM originals, or the comparison would no longer change the encoder only.
+    assert inspect.getsource(baseline_class.forward) == inspect.getsource(slstm_class.forward)
+    baseline_model = {
+        name
+        for name, _ in baseline_class(
+            BaselineEncoderConfig(use_crf=True, id2label=dict(enumerate(LABELS)))
+        ).named_children()
+    }
+    slstm_model = {
+        name for name, _ in slstm_class(SLSTMConfig(use_crf=True, id2label=dict(enumerate(LABELS)))).named_children()
+    }
+    assert baseline_model == slstm_model
