@@ -6,6 +6,7 @@ GATE_NORMALIZATIONS = ("sigmoid_softmax", "softmax")
 CHAR_PAD_ID = 0
 """The id of padding in `char_ids` (a character vocabulary's first entry): a zero, untrained embedding row."""
 CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
+HEAD_TAG_SCHEMES = (None, "BIOES")
 # Written into every saved config, so that any S-LSTM checkpoint loads with trust_remote_code through every Auto
 # class, not only through the one of the class that saved it (which is all `save_pretrained` records by itself).
 AUTO_MAP = {
@@ -31,6 +32,14 @@ def validate_integers(config: PreTrainedConfig, minimums: dict[str, int]) -> Non
             raise ValueError(f"{type(config).__name__}.{field} must be an integer >= {minimum}, got {value!r}")
 
 
+def validate_bools(config: PreTrainedConfig, fields: tuple[str, ...]) -> None:
+    """Checks that each named switch is a bool (a JSON `"false"` string would otherwise read as true)."""
+    for field in fields:
+        value = getattr(config, field)
+        if type(value) is not bool:
+            raise ValueError(f"{type(config).__name__}.{field} must be a bool, got {value!r}")
+
+
 def validate_dropouts(config: PreTrainedConfig, fields: tuple[str, ...]) -> None:
     """Checks that each named dropout probability lies in [0, 1)."""
     for field in fields:
@@ -43,8 +52,7 @@ def validate_char_settings(config: PreTrainedConfig) -> None:
     """Checks the character-feature fields of a config that builds `SLSTMEmbeddings`, with messages that name the
     config class and field."""
     name = type(config).__name__
-    if type(config.use_char_features) is not bool:
-        raise ValueError(f"{name}.use_char_features must be a bool, got {config.use_char_features!r}")
+    validate_bools(config, ("use_char_features",))
     validate_integers(
         config, {"char_vocab_size": 2, "char_embedding_dim": 1, "char_hidden_size": 1, "char_kernel_size": 1}
     )
@@ -54,11 +62,10 @@ def validate_char_settings(config: PreTrainedConfig) -> None:
     validate_dropouts(config, ("char_dropout",))
 
 
-HEAD_TAG_SCHEMES = (None, "BIOES")
-
-
 def validate_head_tag_scheme(config: PreTrainedConfig) -> None:
-    """Checks `head_tag_scheme` of a config that builds a token classifier, naming the config class."""
+    """Checks `head_tag_scheme` and the CRF switches of a config that builds a token classifier, naming the config
+    class."""
+    validate_bools(config, ("use_crf", "crf_constraints"))
     if config.head_tag_scheme not in HEAD_TAG_SCHEMES:
         raise ValueError(
             f"{type(config).__name__}.head_tag_scheme must be None (the head scores id2label's labels) or 'BIOES', "
@@ -224,6 +231,7 @@ class SLSTMConfig(PreTrainedConfig):
              "num_sentence_nodes": 0},
         )  # fmt: skip
         validate_dropouts(self, ("embedding_dropout", "hidden_dropout", "classifier_dropout"))
+        validate_bools(self, ("context_independent_content", "remove_output_gate"))
         if self.gate_normalization not in GATE_NORMALIZATIONS:
             raise ValueError(
                 f"SLSTMConfig.gate_normalization must be one of {GATE_NORMALIZATIONS}, got {self.gate_normalization!r}"

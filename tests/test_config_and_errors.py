@@ -25,6 +25,11 @@ from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMFor
         ("embedding_dropout", 1.0),
         ("hidden_dropout", -0.1),
         ("classifier_dropout", 1.5),
+        ("embedding_dropout", "0.5"),  # not a number
+        ("use_crf", "false"),  # a string from JSON would read as true
+        ("crf_constraints", 1),
+        ("context_independent_content", "no"),
+        ("remove_output_gate", None),
     ],
 )
 def test_invalid_setting_is_rejected_naming_the_field(field, value):
