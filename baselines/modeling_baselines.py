@@ -1,8 +1,9 @@
 """Baseline encoders the S-LSTM paper compares with: stacked BiLSTM, stacked CNN and Transformer encoder.
 
-They are baselines, not S-LSTM: their task models have the S-LSTM task models' heads (pooling, classifier, CRF) and a
-copy of their `forward`, and the same word representations, through the same `run_scripts`, so an accuracy or speed comparison changes the
-encoder only. They live outside `modeling_slstm` so that an S-LSTM checkpoint carries S-LSTM code only. Each encoder is built from a stock PyTorch module (`nn.LSTM`, `nn.Conv1d`,
+They are baselines, not S-LSTM: their task models have the S-LSTM task models' heads (pooling, classifier, CRF), a
+copy of their `forward` and the same word representations, and train through the same `run_scripts`, so an accuracy
+or speed comparison changes the encoder only. They live outside `modeling_slstm` so that an S-LSTM checkpoint
+carries S-LSTM code only. Each encoder is built from a stock PyTorch module (`nn.LSTM`, `nn.Conv1d`,
 `nn.TransformerEncoder`) so that the library's fast kernels (cuDNN / oneDNN) are the ones measured.
 
 Every encoder is exact under padding: a sentence gives the same outputs alone or inside a right- or left-padded batch
