@@ -8,7 +8,7 @@ import torch
 from helpers import BIO_LABELS, BOS, EOS, build, pad, random_ids, real, tagger_config
 
 from modeling_slstm import SLSTMForTokenClassification
-from modeling_slstm.modeling_slstm import IGNORE_INDEX, bioes_gold_tags
+from modeling_slstm.modeling_slstm import IGNORE_INDEX, bioes_gold_tags, crf_inference_chain
 from modeling_slstm.tag_schemes import BIOESLabelMap, convert_tag_sequence, spans_to_tags, split_tag
 
 LABEL_MAP = BIOESLabelMap(BIO_LABELS)
@@ -94,7 +94,7 @@ def test_crf_logits_decode_to_the_iob2_form_of_the_bioes_viterbi_path():
     ids, mask = framed_batch()
     logits, emissions = emissions_of(model, input_ids=ids, attention_mask=mask)
     assert logits.shape == (*ids.shape, len(BIO_LABELS))
-    chain = model.inference_chain(ids, mask)
+    chain = crf_inference_chain(ids, mask, model.config)
     viterbi = model.crf.decode(emissions, chain)  # (batch, seq) BIOES ids
     expected = viterbi[chain].apply_(iob2_of)
     assert torch.equal(logits.argmax(-1)[chain], expected)
