@@ -11,6 +11,7 @@ from run_script_helpers import REPO, data_utils, run_args, run_main, write_gener
 DOCUMENTED_TEST_SCORES = {
     "conll2003-ner-test.txt": ("f1", "90.17"),
     "conll2003-ner-words-test.txt": ("f1", "88.58"),
+    "conll2003-pos-test.txt": ("accuracy", "95.06"),
     "bilstm-conll2003-ner-test.txt": ("f1", "89.71"),
     "bilstm-conll2003-pos-test.txt": ("accuracy", "94.92"),
     "apparel-test.tsv": ("accuracy", "83.25"),
