@@ -16,6 +16,7 @@ DOCUMENTED_TEST_SCORES = {
     "bilstm-conll2003-pos-test.txt": ("accuracy", "94.92"),
     "apparel-test.tsv": ("accuracy", "83.25"),
     "movie_review-test.tsv": ("accuracy", "77.11"),
+    "movie_review-words-test.tsv": ("accuracy", "78.14"),
     "bilstm-movie_review-test.tsv": ("accuracy", "79.74"),
 }
 
