@@ -12,6 +12,7 @@ DOCUMENTED_TEST_SCORES = {
     "conll2003-ner-test.txt": ("f1", "90.17"),
     "conll2003-ner-words-test.txt": ("f1", "88.58"),
     "conll2003-pos-test.txt": ("accuracy", "95.06"),
+    "conll2003-pos-words-test.txt": ("accuracy", "93.96"),
     "bilstm-conll2003-ner-test.txt": ("f1", "89.71"),
     "bilstm-conll2003-pos-test.txt": ("accuracy", "94.92"),
     "apparel-test.tsv": ("accuracy", "83.25"),
