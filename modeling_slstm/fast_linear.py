@@ -122,9 +122,8 @@ def _backend_for_this_cpu() -> str:
     batches, so a timing would pick either from one process to the next and change results by float summation order.
     """
     has_onednn_linear = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-    amd_with_avx = cpu_info().get(
-        "vendor_id"
-    ) == "AuthenticAMD" and torch.backends.cpu.get_cpu_capability().startswith("AVX")
+    is_amd = cpu_info().get("vendor_id") == "AuthenticAMD"
+    amd_with_avx = is_amd and torch.backends.cpu.get_cpu_capability().startswith("AVX")
     return "onednn" if has_onednn_linear and amd_with_avx else "default"
 
 

@@ -258,16 +258,15 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         gate_terms, content = terms.split([self.num_context_blocks * self.hidden_size, self.hidden_size], dim=-1)
         return gate_terms.contiguous(), content
 
-    def normalize(self, pre_activations: torch.Tensor, dim: int, excluded: torch.Tensor | None = None) -> torch.Tensor:
-        """Gates that sum to one along `dim` (softmax, of the sigmoids by default: `gate_normalization`); `excluded`
-        (bool, broadcastable) gates get weight exactly zero. Float32 at least, so that low-precision autocast cannot
-        skew the weights (float64 stays float64, e.g. for gradcheck)."""
-        if self.softmax_of_sigmoid:
-            pre_activations = torch.sigmoid(pre_activations)
-        if excluded is not None:
-            pre_activations = pre_activations.masked_fill(excluded, float("-inf"))
-        dtype = torch.promote_types(pre_activations.dtype, torch.float32)
-        return torch.softmax(pre_activations, dim=dim, dtype=dtype)
+    def gate_scores(self, pre_activations: torch.Tensor) -> torch.Tensor:
+        """What the gate softmax normalises: the sigmoids of the pre-activations (the paper's) or, with
+        `gate_normalization="softmax"`, the pre-activations themselves."""
+        return torch.sigmoid(pre_activations) if self.softmax_of_sigmoid else pre_activations
+
+    def normalize(self, scores: torch.Tensor, dim: int) -> torch.Tensor:
+        """Softmax of `gate_scores` along `dim`: gates that sum to one. Float32 at least, so that low-precision
+        autocast cannot skew the weights (float64 stays float64, e.g. for gradcheck)."""
+        return torch.softmax(scores, dim=dim, dtype=torch.promote_types(scores.dtype, torch.float32))
 
     def forward(
         self,
@@ -334,7 +333,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         gate_pre, output_pre, content_pre = pre.split(
             [self.num_normalized_gates, int(self.has_output_gate), int(self.has_recurrent_content)], dim=2
         )  # (batch, seq, normalised gates | 1 or 0 | 1 or 0, hidden)
-        gates = self.normalize(gate_pre, dim=2)  # (batch, seq, normalised gates, hidden)
+        gates = self.normalize(self.gate_scores(gate_pre), dim=2)  # (batch, seq, normalised gates, hidden)
         window_gates, sentence_gates, content_gate = gates.split(
             [self.window_width, self.num_sentence_nodes, 1], dim=2
         )  # (batch, seq, 2w + 1 | nodes | 1, hidden)
@@ -373,11 +372,10 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         sentence_forget = self.word_forget_from_sentence(flat_g).view(batch, 1, nodes, hidden)  # W_f g + b_f
         word_pre = self.word_forget_from_word(h).view(batch, seq, nodes, hidden) + sentence_forget  # + U_f h_i
 
-        # (f_0 … f_{n+1}, f_g) sum to one over the real positions and g; padding gets weight exactly zero.
-        padding = torch.cat([mask == 0, mask.new_zeros(batch, 1, 1, dtype=torch.bool)], dim=1)  # (batch, seq + 1, 1)
-        weights = self.normalize(
-            torch.cat([word_pre, keep_pre], dim=1), dim=1, excluded=padding.unsqueeze(-1)
-        )  # (batch, seq + 1, nodes, hidden)
+        # (f_0 … f_{n+1}, f_g) sum to one over the real positions and g; padding gets -inf, i.e. weight exactly zero.
+        word_scores = self.gate_scores(word_pre).masked_fill(mask.unsqueeze(-1) == 0, float("-inf"))
+        scores = torch.cat([word_scores, self.gate_scores(keep_pre)], dim=1)  # (batch, seq + 1, nodes, hidden)
+        weights = self.normalize(scores, dim=1)  # (batch, seq + 1, nodes, hidden)
         word_weights, keep_weights = weights.split([seq, 1], dim=1)
         cells = (word_weights * c.unsqueeze(2)).sum(1) + keep_weights.squeeze(1) * c_g  # (batch, nodes, hidden)
         states = torch.tanh(cells)
