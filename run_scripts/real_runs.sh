@@ -54,6 +54,13 @@ movie_review() {  # output name, config, config overrides
         --output_dir "$RUNS_DIR/$1" --resume_from_checkpoint last "${COMMON[@]}"
 }
 
+apparel() {  # output name, config, config overrides
+    python run_scripts/run_classification.py --config_name "$2" --config_overrides "$3" \
+        --train_file "$DATA/apparel/apparel_trn" --validation_file "$DATA/apparel/apparel_dev" \
+        --test_file "$DATA/apparel/apparel_tst" --metric_for_best_model accuracy \
+        --output_dir "$RUNS_DIR/$1" --resume_from_checkpoint last "${COMMON[@]}"
+}
+
 conll_ner_chars() { ner conll_ner_chars hub_configs/slstm-ner-crf.json "$CHARS"; }
 conll_ner_words() { ner conll_ner_words hub_configs/slstm-ner-crf.json "$WORDS_ONLY"; }
 conll_pos_chars() { pos conll_pos_chars hub_configs/slstm-pos.json "$CHARS"; }
@@ -62,19 +69,16 @@ movie_review_chars() { movie_review movie_review_chars hub_configs/slstm-classif
 movie_review_words() { movie_review movie_review_words hub_configs/slstm-classification.json "$WORDS_ONLY"; }
 bilstm_ner_chars() { ner bilstm_ner_chars hub_configs/baselines/bilstm1-ner-crf.json "$CHARS"; }
 bilstm_pos_chars() { pos bilstm_pos_chars hub_configs/baselines/bilstm1-pos.json "$CHARS"; }
+apparel_chars() { apparel apparel_chars hub_configs/slstm-classification.json "$CHARS"; }
+apparel_words() { apparel apparel_words hub_configs/slstm-classification.json "$WORDS_ONLY"; }
 bilstm_movie_review_chars() {
     movie_review bilstm_movie_review_chars hub_configs/baselines/bilstm1-classification.json "$CHARS"
 }
-apparel_chars() {
-    python run_scripts/run_classification.py --config_name hub_configs/slstm-classification.json \
-        --config_overrides "$CHARS" --train_file "$DATA/apparel/apparel_trn" \
-        --validation_file "$DATA/apparel/apparel_dev" --test_file "$DATA/apparel/apparel_tst" \
-        --metric_for_best_model accuracy --output_dir "$RUNS_DIR/apparel_chars" --resume_from_checkpoint last \
-        "${COMMON[@]}"
-}
+bilstm_apparel_chars() { apparel bilstm_apparel_chars hub_configs/baselines/bilstm1-classification.json "$CHARS"; }
 
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
-     bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words"
+     bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words apparel_words
+     bilstm_apparel_chars"
 for name in ${@:-$ALL}; do
     # A finished run (its test metrics written) is not resumed: that would train it past its early stop.
     if [ -f "$RUNS_DIR/$name/test_results.json" ]; then
