@@ -143,6 +143,12 @@ class TransformerBaselineEncoder(nn.Module):
         if self.position_embeddings is None:
             position_terms = sinusoidal_positions(positions, self.hidden_size).to(embeds.dtype)
         else:
+            if embeds.shape[1] > self.position_embeddings.num_embeddings:
+                raise ValueError(
+                    f"Input of {embeds.shape[1]} tokens, but learned positions cover at most "
+                    f"max_position_embeddings = {self.position_embeddings.num_embeddings} tokens: truncate the input "
+                    "or use position_embedding_type='sinusoidal'"
+                )
             position_terms = self.position_embeddings(positions)
         states = self.input_projection(embeds) + position_terms
         # A row without real tokens would give an all-masked softmax (NaN): let it attend to everything instead

@@ -20,6 +20,7 @@ training scripts.
 from collections.abc import Iterable, Sequence
 
 SCHEMES = ("IOB1", "IOB2", "BIOES")
+"""The canonical scheme names, what `normalize_scheme_name` returns (for users iterating over the schemes)."""
 
 _SCHEME_ALIASES = {"IOB1": "IOB1", "IOB2": "IOB2", "BIO": "IOB2", "BIOES": "BIOES", "IOBES": "BIOES"}
 
@@ -272,6 +273,12 @@ class BIOESLabelMap:
             raise ValueError(f"A BIOES head needs IOB2 labels (O, B-X, I-X for every type X), got {labels}")
         parsed = [split_tag(label) for label in labels]
         types = list(dict.fromkeys(entity_type for _, entity_type in parsed if entity_type is not None))
+        missing = [f"{prefix}-{kind}" for kind in types for prefix in "BI" if f"{prefix}-{kind}" not in labels]
+        if missing:
+            raise ValueError(
+                f"A BIOES head needs B-X and I-X for every entity type X (multi-token entities are B-X I-X… in IOB2); "
+                f"missing {missing} in {labels}"
+            )
         self.tags = labels + [f"{prefix}-{entity_type}" for entity_type in types for prefix in "ES"]
         tag_ids = {tag: index for index, tag in enumerate(self.tags)}
         closing = {"B": "S", "I": "E", "O": "O"}

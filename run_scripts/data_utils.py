@@ -53,7 +53,8 @@ def read_conll(path: str | Path, token_column: int = 0, label_column: int = -1) 
     Raises:
         FileNotFoundError: the file does not exist.
         ValueError: a line has a different number of columns than the file's first line, or the chosen column does
-            not exist (the message names the file and line), or the file holds no sentence.
+            not exist, or the token and label columns are the same one (a one-column file; the message names the file
+            and line), or the file holds no sentence.
     """
     path = Path(path)
     if not path.is_file():
@@ -85,6 +86,12 @@ def read_conll(path: str | Path, token_column: int = 0, label_column: int = -1) 
                             f"{path}, line {line_number}: column {column} requested but the file has {num_columns} "
                             f"columns ({line!r})"
                         )
+                if token_column % num_columns == label_column % num_columns:
+                    raise ValueError(
+                        f"{path}, line {line_number}: the token column ({token_column}) and the label column "
+                        f"({label_column}) are the same column of {num_columns}; expected a token and a tag column "
+                        f"({line!r})"
+                    )
             if len(fields) != num_columns:
                 raise ValueError(
                     f"{path}, line {line_number}: expected {num_columns} columns like the file's first line, got "
@@ -195,9 +202,13 @@ def prepare_wnut16(output_dir: str | Path, seed: int = 42) -> dict[str, Path]:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _file_kind(path: str) -> str | None:
-    """The `datasets` builder for a json/jsonl/csv/tsv/parquet file, None for a column/text file."""
-    return DATASETS_EXTENSIONS.get(Path(path).suffix.lower().lstrip("."))
+def _file_kind(path: str, task: str) -> str | None:
+    """The `datasets` builder for a json/jsonl/csv/tsv/parquet file, None for a column/text file. For token
+    classification a `.tsv` file is a CoNLL column file (a csv/tsv cell cannot hold a list of tokens)."""
+    extension = Path(path).suffix.lower().lstrip(".")
+    if task == "token" and extension == "tsv":
+        return None
+    return DATASETS_EXTENSIONS.get(extension)
 
 
 def _load_with_datasets(path: str, kind: str) -> datasets.Dataset:
@@ -269,27 +280,47 @@ def load_raw_splits(
         path = files[split]
         if path is None and split not in sources:
             continue
-        if path is not None and _file_kind(path) is None:
+        source = path or data_args.dataset_name
+        if path is not None and _file_kind(path, task) is None:
             raw[split] = file_reader(path)
+            check_examples(raw[split], source, split, task)
             continue
-        dataset = sources[split] if path is None else _load_with_datasets(path, _file_kind(path))
+        dataset = sources[split] if path is None else _load_with_datasets(path, _file_kind(path, task))
         if len(dataset) == 0:
             raise ValueError(f"{path or data_args.dataset_name}: no examples in the {split} split")
         text_column = _pick_column(dataset, data_args.text_column_name, text_candidates, 0, "text")
         label_column = _pick_column(dataset, data_args.label_column_name, label_candidates, 1, "label")
         texts = dataset[text_column]
         if task == "token":
+            if any(isinstance(tokens, str) for tokens in texts):
+                raise ValueError(
+                    f"{source} ({split}): the token column {text_column!r} holds strings; expected a list of tokens "
+                    "per example (json/jsonl/parquet with list columns, or a CoNLL column file)"
+                )
             texts = [[str(t) for t in tokens] for tokens in texts]
         labels = _column_to_strings(dataset, label_column, is_sequence=task == "token")
         raw[split] = [{text_key: t, label_key: l} for t, l in zip(texts, labels, strict=True)]
-        if task == "token":
-            for index, example in enumerate(raw[split]):
-                if len(example["tokens"]) != len(example["tags"]):
-                    raise ValueError(
-                        f"{path or data_args.dataset_name} ({split}), example {index}: {len(example['tokens'])} "
-                        f"tokens but {len(example['tags'])} tags"
-                    )
+        check_examples(raw[split], source, split, task)
     return raw
+
+
+def check_examples(examples: list[dict], source: str, split: str, task: str) -> None:
+    """Raises a `ValueError` naming the data source, the split and the example (its 0-based index in the split)
+    for an empty text, an empty sentence, an empty token, or tokens and tags of different lengths: the tokenizer
+    would reject them later with an index relative to its batch, or they would be dropped."""
+    for index, example in enumerate(examples):
+        where = f"{source} ({split}), example {index}"
+        if task == "sequence":
+            if example["text"] is None or not example["text"].strip():
+                raise ValueError(f"{where}: empty text ({example['text']!r}); every example needs at least one word")
+            continue
+        tokens, tags = example["tokens"], example["tags"]
+        if not tokens:
+            raise ValueError(f"{where}: empty sentence (no tokens)")
+        if len(tokens) != len(tags):
+            raise ValueError(f"{where}: {len(tokens)} tokens but {len(tags)} tags")
+        if "" in tokens:
+            raise ValueError(f"{where}: empty token at position {tokens.index('')} of {tokens}")
 
 
 def truncate_splits(raw: dict[str, list], data_args) -> dict[str, list]:
@@ -329,9 +360,9 @@ def check_labels_known(raw: dict[str, list], label_list: Sequence[str], key: str
 def tokenize_and_align_labels(examples: dict, tokenizer, label2id: dict[str, int], max_length: int) -> dict:
     """Batched `datasets.map` function for token classification.
 
-    The word-level tokenizer frames each sentence as `<s> w_1 ... w_n </s>`; a word gives one token (a word holding
-    whitespace gives several, and only its first carries the label). `<s>`, `</s>` and continuation tokens get
-    `IGNORE_INDEX`. Sentences longer than `max_length` tokens are truncated (the caller warns).
+    The word-level tokenizer frames each sentence as `<s> w_1 ... w_n </s>` and keeps each given word one token
+    (spaces inside a word included); should a tokenizer split a word into several tokens, only the first carries
+    the label. `<s>`, `</s>` and continuation tokens get `IGNORE_INDEX`. Sentences longer than `max_length` tokens are truncated (the caller warns).
     """
     encoded = tokenizer(examples["tokens"], is_split_into_words=True, truncation=True, max_length=max_length)
     all_labels = []

@@ -232,7 +232,7 @@ def write_predictions(output_dir: Path, test_examples: list[dict], predicted_lab
     with (output_dir / "predictions.txt").open("w", encoding="utf-8") as file:
         file.write("gold\tpredicted\ttext\n")
         for example, predicted in rows:
-            file.write(f"{example['label']}\t{predicted}\t{example['text']}\n")
+            file.write(f"{example['label']}\t{predicted}\t{one_line(example['text'])}\n")
     logger.warning(f"Wrote {output_dir / TEST_PREDICTIONS_FILE} and {output_dir / 'predictions.txt'}")
 
 

@@ -14,9 +14,11 @@ baseline configs without one) for every training argument not given on the comma
 (`--model_name_or_path`) trains with the Trainer's defaults. `--max_tokens_per_batch N` replaces batches of a fixed
 number of examples by length-grouped batches of up to N padded tokens: faster, but a change of recipe.
 
-Data: CoNLL column files (`token<TAB/space>...tag`, blank lines between sentences, `-DOCSTART-` ignored; choose the
-columns with --conll_token_column/--conll_label_column), json/jsonl/csv/parquet with a tokens and a tags column, or
---dataset_name. The task is whatever the label column holds: span tags (IOB1/IOB2/BIOES, detected or given with
+Data: CoNLL column files (`token<TAB/space>...tag`, blank lines between sentences, `-DOCSTART-` ignored; any
+extension but json/jsonl/csv/parquet, `.tsv` included; choose the columns with
+--conll_token_column/--conll_label_column), json/jsonl/parquet with a list-of-tokens and a list-of-tags column, or
+--dataset_name. Empty sentences, empty tokens and sentences whose tokens and tags differ in number are errors that
+name the file, split and sentence. The task is whatever the label column holds: span tags (IOB1/IOB2/BIOES, detected or given with
 --tag_scheme, converted to the training scheme) are scored with entity-level seqeval precision/recall/F1 overall and
 per type, on their IOB2 form; other tags (POS) with token accuracy.
 
@@ -386,7 +388,7 @@ def tokenize(
         )
     return data_utils.tokenize_split(
         split,
-        [{"tokens": clean_tokens(e["tokens"]), "tags": e["tags"]} for e in examples],
+        examples,
         data_utils.tokenize_and_align_labels,
         training_args,
         char_ids=char_ids,
@@ -447,11 +449,6 @@ def convert(tags, source, target):
     if source is None or target is None or source == target:
         return list(tags)
     return convert_tag_sequence(tags, source, target)
-
-
-def clean_tokens(tokens):
-    """A token that is empty or pure whitespace would vanish in the whitespace pre-tokenizer and shift the labels."""
-    return [token if token.strip() else "<unk>" for token in tokens]
 
 
 def describe_data(data_args, raw) -> str:

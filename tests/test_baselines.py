@@ -119,6 +119,14 @@ def test_config_validation():
         BaselineEncoderConfig(encoder_type="transformer", hidden_size=16, num_attention_heads=3)
 
 
+def test_input_longer_than_learned_positions_is_a_clear_error():
+    """It was a bare `IndexError: index out of range in self` from the position embedding."""
+    model = BaselineModel(tiny_config("transformer", 1, position_embedding_type="learned", max_position_embeddings=8))
+    model(input_ids=torch.randint(4, 50, (2, 8)))  # as many tokens as positions: fine
+    with pytest.raises(ValueError, match=r"Input of 9 tokens, but learned positions cover at most .* = 8 tokens"):
+        model(input_ids=torch.randint(4, 50, (2, 9)))
+
+
 @pytest.mark.parametrize(
     "baseline_class, slstm_class",
     [

@@ -163,6 +163,19 @@ def test_labels_that_are_not_iob2_are_rejected():
         SLSTMForTokenClassification(config)
 
 
+def test_a_type_without_its_inside_label_is_rejected_by_name():
+    """`B-PER` alone is a valid IOB2 label set, but a BIOES head needs `I-PER` to present `I-PER`/`E-PER` in IOB2;
+    without it the head failed with a bare KeyError."""
+    labels = ["O", "B-PER", "B-LOC", "I-LOC"]
+    config = tagger_config(
+        head_tag_scheme="BIOES",
+        id2label=dict(enumerate(labels)),
+        label2id={label: i for i, label in enumerate(labels)},
+    )
+    with pytest.raises(ValueError, match=r"B-X and I-X for every entity type X .* missing \['I-PER'\]"):
+        SLSTMForTokenClassification(config)
+
+
 def test_unknown_head_tag_scheme_is_rejected():
     with pytest.raises(ValueError, match="head_tag_scheme must be None .* or 'BIOES', got 'IOBES'"):
         tagger_config(head_tag_scheme="IOBES")

@@ -130,3 +130,53 @@ def test_unseen_label_error():
     raw = {"train": [{"tags": ["O"]}], "validation": [{"tags": ["B-NEW", "O"]}]}
     with pytest.raises(ValueError, match=r"validation split has labels .*\['B-NEW'\]"):
         data_utils.check_labels_known(raw, ["O"], "tags", sequence=True)
+
+
+def data_args(**files):
+    """The `data_args` fields `load_raw_splits` reads, with `files` as train/validation/test files."""
+    from types import SimpleNamespace
+
+    fields = {"train_file": None, "validation_file": None, "test_file": None, "dataset_name": None}
+    fields.update(dataset_config_name=None, text_column_name=None, label_column_name=None)
+    return SimpleNamespace(**{**fields, **files})
+
+
+def test_conll_file_with_one_column_is_rejected(tmp_path):
+    """With one column, the token column is also the label column: the tokens were silently read as their own
+    tags."""
+    with pytest.raises(ValueError, match=r"one\.txt, line 1: the token column \(0\) and the label column \(-1\)"):
+        data_utils.read_conll(write(tmp_path / "one.txt", "John\nlives\n\nMary\n"))
+
+
+def test_tsv_token_file_is_read_as_conll_columns(tmp_path):
+    """A `.tsv` CoNLL file went to the csv loader: its first line became the header and every token string was cut
+    into characters."""
+    path = write(tmp_path / "train.tsv", "John\tB-PER\nlives\tO\n\nMary\tB-PER\n")
+    raw = data_utils.load_raw_splits(data_args(train_file=str(path)), "token", data_utils.read_conll)
+    assert raw["train"] == [
+        {"tokens": ["John", "lives"], "tags": ["B-PER", "O"]},
+        {"tokens": ["Mary"], "tags": ["B-PER"]},
+    ]
+
+
+def test_token_column_of_strings_is_rejected(tmp_path):
+    path = write(tmp_path / "train.csv", "tokens,tags\nJohn lives,B-PER O\n")
+    with pytest.raises(ValueError, match=r"train\.csv \(train\): the token column 'tokens' holds strings"):
+        data_utils.load_raw_splits(data_args(train_file=str(path)), "token", data_utils.read_conll)
+
+
+@pytest.mark.parametrize(
+    ("task", "line", "message"),
+    [
+        ("sequence", '{"text": "  ", "label": "pos"}', r"example 1: empty text \('  '\)"),
+        ("sequence", '{"text": null, "label": "pos"}', r"example 1: empty text \(None\)"),
+        ("token", '{"tokens": [], "tags": []}', r"example 1: empty sentence"),
+        ("token", '{"tokens": ["a", ""], "tags": ["O", "O"]}', r"example 1: empty token at position 1"),
+        ("token", '{"tokens": ["a", "b"], "tags": ["O"]}', r"example 1: 2 tokens but 1 tags"),
+    ],
+)
+def test_empty_and_mismatched_examples_name_file_split_and_example(tmp_path, task, line, message):
+    good = '{"text": "good film", "label": "pos"}' if task == "sequence" else '{"tokens": ["a"], "tags": ["O"]}'
+    path = write(tmp_path / "test.jsonl", f"{good}\n{line}\n")
+    with pytest.raises(ValueError, match=rf"test\.jsonl \(test\), {message}"):
+        data_utils.load_raw_splits(data_args(test_file=str(path)), task, data_utils.read_conll)

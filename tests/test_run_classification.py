@@ -122,3 +122,17 @@ def test_bad_inputs(tmp_path, monkeypatch):
             cls_args(tmp_path / "o", {"train": paths["train"], "test": tmp_path / "unseen.txt"}),
             monkeypatch,
         )
+
+
+def test_both_prediction_files_keep_one_example_per_line(tmp_path):
+    """A tab or line break inside a text became a column or a line of its own in `predictions.txt` (only
+    `test_predictions.tsv` flattened the text)."""
+    import run_classification
+
+    examples = [{"text": "good\tfilm\nreally", "label": "pos"}, {"text": "bad", "label": "neg"}]
+    run_classification.write_predictions(tmp_path, examples, ["neg", "neg"])
+    for name, text_column in (("test_predictions.tsv", 0), ("predictions.txt", 2)):
+        lines = (tmp_path / name).read_text(encoding="utf-8").splitlines()
+        assert len(lines) == 3, name
+        rows = [line.split("\t") for line in lines[1:]]
+        assert [row[text_column] for row in rows] == ["good film really", "bad"], name
