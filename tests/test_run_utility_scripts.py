@@ -16,6 +16,8 @@ DOCUMENTED_TEST_SCORES = {
     "bilstm-conll2003-ner-test.txt": ("f1", "89.71"),
     "bilstm-conll2003-pos-test.txt": ("accuracy", "94.92"),
     "apparel-test.tsv": ("accuracy", "83.25"),
+    "apparel-words-test.tsv": ("accuracy", "82.25"),
+    "bilstm-apparel-test.tsv": ("accuracy", "85.00"),
     "movie_review-test.tsv": ("accuracy", "77.11"),
     "movie_review-words-test.tsv": ("accuracy", "78.14"),
     "bilstm-movie_review-test.tsv": ("accuracy", "79.74"),
