@@ -78,11 +78,14 @@ apparel_words() { apparel apparel_words hub_configs/slstm-classification.json "$
 bilstm_movie_review_chars() {
     movie_review bilstm_movie_review_chars hub_configs/baselines/bilstm1-classification.json "$CHARS"
 }
+bilstm_movie_review_words() {
+    movie_review bilstm_movie_review_words hub_configs/baselines/bilstm1-classification.json "$WORDS_ONLY"
+}
 bilstm_apparel_chars() { apparel bilstm_apparel_chars hub_configs/baselines/bilstm1-classification.json "$CHARS"; }
 
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words apparel_words
-     bilstm_apparel_chars"
+     bilstm_apparel_chars bilstm_movie_review_words"
 for run in ${@:-$ALL}; do
     name=$run$RUN_SUFFIX
     # A finished run (its test metrics written) is not resumed: that would train it past its early stop.
