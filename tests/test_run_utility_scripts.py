@@ -22,6 +22,15 @@ DOCUMENTED_TEST_SCORES = {
     "movie_review-words-test.tsv": ("accuracy", "78.14"),
     "bilstm-movie_review-test.tsv": ("accuracy", "79.74"),
     "bilstm-movie_review-words-test.tsv": ("accuracy", "79.83"),
+    # other seeds of the same commands (docs/results.md, "Other seeds")
+    "conll2003-pos-seed43-test.txt": ("accuracy", "95.16"),
+    "bilstm-conll2003-pos-seed43-test.txt": ("accuracy", "95.05"),
+    "movie_review-words-seed43-test.tsv": ("accuracy", "77.86"),
+    "bilstm-movie_review-words-seed43-test.tsv": ("accuracy", "79.36"),
+    "apparel-seed43-test.tsv": ("accuracy", "83.25"),
+    "apparel-seed44-test.tsv": ("accuracy", "84.25"),
+    "bilstm-apparel-seed43-test.tsv": ("accuracy", "79.50"),
+    "bilstm-apparel-seed44-test.tsv": ("accuracy", "85.00"),
 }
 
 
