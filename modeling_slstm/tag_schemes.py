@@ -273,7 +273,8 @@ class BIOESLabelMap:
             raise ValueError(f"A BIOES head needs IOB2 labels (O, B-X, I-X for every type X), got {labels}")
         parsed = [split_tag(label) for label in labels]
         types = list(dict.fromkeys(entity_type for _, entity_type in parsed if entity_type is not None))
-        missing = [f"{prefix}-{kind}" for kind in types for prefix in "BI" if f"{prefix}-{kind}" not in labels]
+        # IOB2 label sets always hold B-X (`label_set_scheme`), but may lack I-X, which E-X needs to map to.
+        missing = [f"I-{kind}" for kind in types if f"I-{kind}" not in labels]
         if missing:
             raise ValueError(
                 f"A BIOES head needs B-X and I-X for every entity type X (multi-token entities are B-X I-X… in IOB2); "

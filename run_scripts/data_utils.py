@@ -287,7 +287,7 @@ def load_raw_splits(
             continue
         dataset = sources[split] if path is None else _load_with_datasets(path, _file_kind(path, task))
         if len(dataset) == 0:
-            raise ValueError(f"{path or data_args.dataset_name}: no examples in the {split} split")
+            raise ValueError(f"{source}: no examples in the {split} split")
         text_column = _pick_column(dataset, data_args.text_column_name, text_candidates, 0, "text")
         label_column = _pick_column(dataset, data_args.label_column_name, label_candidates, 1, "label")
         texts = dataset[text_column]

@@ -38,58 +38,55 @@ fi
 WORDS_ONLY=use_char_features=false
 CHARS=use_char_features=true
 
-ner() {  # output name, config, config overrides
-    python run_scripts/run_ner.py --config_name "$2" --config_overrides "$3" \
+ner() {  # config, config overrides; writes to $OUTPUT_DIR
+    python run_scripts/run_ner.py --config_name "$1" --config_overrides "$2" \
         --train_file "$DATA/conll2003/ner/train.txt" --validation_file "$DATA/conll2003/ner/valid.txt" \
         --test_file "$DATA/conll2003/ner/test.txt" --tag_scheme bioes --metric_for_best_model f1 \
-        --output_dir "$RUNS_DIR/$1$RUN_SUFFIX" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" --resume_from_checkpoint last "${COMMON[@]}"
 }
 
-pos() {  # output name, config, config overrides
-    python run_scripts/run_ner.py --config_name "$2" --config_overrides "$3" \
+pos() {  # config, config overrides; writes to $OUTPUT_DIR
+    python run_scripts/run_ner.py --config_name "$1" --config_overrides "$2" \
         --train_file "$DATA/conll2003/pos/train.txt" --validation_file "$DATA/conll2003/pos/valid.txt" \
         --test_file "$DATA/conll2003/pos/test.txt" --include_eval_labels --metric_for_best_model accuracy \
-        --output_dir "$RUNS_DIR/$1$RUN_SUFFIX" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" --resume_from_checkpoint last "${COMMON[@]}"
 }
 
-movie_review() {  # output name, config, config overrides
-    python run_scripts/run_classification.py --config_name "$2" --config_overrides "$3" \
+movie_review() {  # config, config overrides; writes to $OUTPUT_DIR
+    python run_scripts/run_classification.py --config_name "$1" --config_overrides "$2" \
         --rt_polarity_dir "$DATA/movie_review" --split_seed 42 --metric_for_best_model accuracy \
-        --output_dir "$RUNS_DIR/$1$RUN_SUFFIX" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" --resume_from_checkpoint last "${COMMON[@]}"
 }
 
-apparel() {  # output name, config, config overrides
-    python run_scripts/run_classification.py --config_name "$2" --config_overrides "$3" \
+apparel() {  # config, config overrides; writes to $OUTPUT_DIR
+    python run_scripts/run_classification.py --config_name "$1" --config_overrides "$2" \
         --train_file "$DATA/apparel/apparel_trn" --validation_file "$DATA/apparel/apparel_dev" \
         --test_file "$DATA/apparel/apparel_tst" --metric_for_best_model accuracy \
-        --output_dir "$RUNS_DIR/$1$RUN_SUFFIX" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" --resume_from_checkpoint last "${COMMON[@]}"
 }
 
-conll_ner_chars() { ner conll_ner_chars hub_configs/slstm-ner-crf.json "$CHARS"; }
-conll_ner_words() { ner conll_ner_words hub_configs/slstm-ner-crf.json "$WORDS_ONLY"; }
-conll_pos_chars() { pos conll_pos_chars hub_configs/slstm-pos.json "$CHARS"; }
-conll_pos_words() { pos conll_pos_words hub_configs/slstm-pos.json "$WORDS_ONLY"; }
-movie_review_chars() { movie_review movie_review_chars hub_configs/slstm-classification.json "$CHARS"; }
-movie_review_words() { movie_review movie_review_words hub_configs/slstm-classification.json "$WORDS_ONLY"; }
-bilstm_ner_chars() { ner bilstm_ner_chars hub_configs/baselines/bilstm1-ner-crf.json "$CHARS"; }
-bilstm_pos_chars() { pos bilstm_pos_chars hub_configs/baselines/bilstm1-pos.json "$CHARS"; }
-apparel_chars() { apparel apparel_chars hub_configs/slstm-classification.json "$CHARS"; }
-apparel_words() { apparel apparel_words hub_configs/slstm-classification.json "$WORDS_ONLY"; }
-bilstm_movie_review_chars() {
-    movie_review bilstm_movie_review_chars hub_configs/baselines/bilstm1-classification.json "$CHARS"
-}
-bilstm_movie_review_words() {
-    movie_review bilstm_movie_review_words hub_configs/baselines/bilstm1-classification.json "$WORDS_ONLY"
-}
-bilstm_apparel_chars() { apparel bilstm_apparel_chars hub_configs/baselines/bilstm1-classification.json "$CHARS"; }
+conll_ner_chars() { ner hub_configs/slstm-ner-crf.json "$CHARS"; }
+conll_ner_words() { ner hub_configs/slstm-ner-crf.json "$WORDS_ONLY"; }
+conll_pos_chars() { pos hub_configs/slstm-pos.json "$CHARS"; }
+conll_pos_words() { pos hub_configs/slstm-pos.json "$WORDS_ONLY"; }
+movie_review_chars() { movie_review hub_configs/slstm-classification.json "$CHARS"; }
+movie_review_words() { movie_review hub_configs/slstm-classification.json "$WORDS_ONLY"; }
+bilstm_ner_chars() { ner hub_configs/baselines/bilstm1-ner-crf.json "$CHARS"; }
+bilstm_pos_chars() { pos hub_configs/baselines/bilstm1-pos.json "$CHARS"; }
+apparel_chars() { apparel hub_configs/slstm-classification.json "$CHARS"; }
+apparel_words() { apparel hub_configs/slstm-classification.json "$WORDS_ONLY"; }
+bilstm_movie_review_chars() { movie_review hub_configs/baselines/bilstm1-classification.json "$CHARS"; }
+bilstm_movie_review_words() { movie_review hub_configs/baselines/bilstm1-classification.json "$WORDS_ONLY"; }
+bilstm_apparel_chars() { apparel hub_configs/baselines/bilstm1-classification.json "$CHARS"; }
 
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words apparel_words
      bilstm_apparel_chars bilstm_movie_review_words"
 for run in ${@:-$ALL}; do
     name=$run$RUN_SUFFIX
+    OUTPUT_DIR="$RUNS_DIR/$name"
     # A finished run (its test metrics written) is not resumed: that would train it past its early stop.
-    if [ -f "$RUNS_DIR/$name/test_results.json" ]; then
+    if [ -f "$OUTPUT_DIR/test_results.json" ]; then
         echo "== $(date -u +%FT%TZ) $name already finished, skipped" | tee -a "$RUNS_DIR/real_runs.log"
         continue
     fi

@@ -18,9 +18,9 @@ Data: CoNLL column files (`token<TAB/space>...tag`, blank lines between sentence
 extension but json/jsonl/csv/parquet, `.tsv` included; choose the columns with
 --conll_token_column/--conll_label_column), json/jsonl/parquet with a list-of-tokens and a list-of-tags column, or
 --dataset_name. Empty sentences, empty tokens and sentences whose tokens and tags differ in number are errors that
-name the file, split and sentence. The task is whatever the label column holds: span tags (IOB1/IOB2/BIOES, detected or given with
---tag_scheme, converted to the training scheme) are scored with entity-level seqeval precision/recall/F1 overall and
-per type, on their IOB2 form; other tags (POS) with token accuracy.
+name the file, split and sentence. The task is whatever the label column holds: span tags (IOB1/IOB2/BIOES, detected
+or given with --tag_scheme, converted to the training scheme) are scored with entity-level seqeval
+precision/recall/F1 overall and per type, on their IOB2 form; other tags (POS) with token accuracy.
 
 Test predictions (`--do_predict`), one `token gold predicted` line per word, a blank line after each sentence, in the
 test file's order; words cut by --max_seq_length are predicted `O`:

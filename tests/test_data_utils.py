@@ -1,5 +1,7 @@
 """Readers, splits and label alignment of run_scripts/data_utils.py."""
 
+from types import SimpleNamespace
+
 import pytest
 from run_script_helpers import data_utils
 
@@ -134,8 +136,6 @@ def test_unseen_label_error():
 
 def data_args(**files):
     """The `data_args` fields `load_raw_splits` reads, with `files` as train/validation/test files."""
-    from types import SimpleNamespace
-
     fields = {"train_file": None, "validation_file": None, "test_file": None, "dataset_name": None}
     fields.update(dataset_config_name=None, text_column_name=None, label_column_name=None)
     return SimpleNamespace(**{**fields, **files})
