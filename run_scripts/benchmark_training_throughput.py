@@ -62,8 +62,9 @@ class ThroughputArguments:
     compare_input_gradient: bool = field(
         default=False,
         metadata={
-            "help": "also train paper batches with the input gradient always on oneDNN (a transposed copy of the "
-            "weight per call), the step's earlier behaviour: an A/B of `fast_linear._input_gradient`"
+            "help": "also train paper batches with the input gradient by PyTorch's matmul (`grad @ weight`, MKL), the "
+            "step's path for small batches until oneDNN read the transposed weight as a view: an A/B of "
+            "`fast_linear._input_gradient`"
         },
     )
     rounds: int = field(default=8, metadata={"help": "timed rounds (each: one synthetic batch's tokens per setup)"})
@@ -129,9 +130,10 @@ def trainer_optimizer(model) -> torch.optim.Optimizer:
     return optimizer_cls(model.parameters(), weight_decay=args.weight_decay, **optimizer_kwargs)
 
 
-def input_gradient_through_a_weight_copy(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The oneDNN input gradient for every batch size, as the step computed it before `fast_linear._input_gradient`."""
-    return fast_linear._onednn_matmul(grad, weight.t().contiguous())
+def input_gradient_by_pytorch_matmul(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The input gradient by PyTorch's own matmul, as the step computed it for small batches before
+    `fast_linear._input_gradient` read the weight's transpose by oneDNN."""
+    return grad @ weight
 
 
 class Setup:
@@ -203,7 +205,7 @@ def main(argv=None) -> list[dict]:
     if args.compare_input_gradient:
         batches = collated(collator, examples, orders["paper batches"])
         model = fresh_model(args, tokenizer, labels)
-        setups.append(Setup("paper batches, weight copy", model, batches, input_gradient_through_a_weight_copy))
+        setups.append(Setup("paper batches, PyTorch matmul", model, batches, input_gradient_by_pytorch_matmul))
     paper_shape = [args.batch_size, round(statistics.mean(len(example["input_ids"]) for example in examples))]
     for name, shape in [("synthetic, paper-batch shape", paper_shape), ("synthetic", args.synthetic_shape)]:
         model = fresh_model(args, tokenizer, labels)

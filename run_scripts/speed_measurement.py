@@ -142,7 +142,10 @@ def step_flops(config, batch: int, length: int, mode: str) -> float:
 def machine_info(device: torch.device) -> dict:
     """What a reader needs to compare runs across machines. Calls `fast_linear.selected_backend()`, which decides the
     S-LSTM's float32 CPU matmul backend once per process, so that the decision is not part of a timed call."""
-    cpu = fast_linear.cpu_info().get("model name", "")
+    info = fast_linear.cpu_info()
+    cpu = info.get("model name", "")
+    if "cpu family" in info:  # virtual machines may name every EPYC generation "AMD EPYC": the family tells them apart
+        cpu += f" (family {info['cpu family']}, model {info.get('model', '?')})"
     return {
         "device": device.type,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu,

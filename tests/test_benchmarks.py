@@ -193,10 +193,10 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
     argv += ["--max_tokens_per_batch", "40", "--synthetic_shape", "2", "8", "--rounds", "2", "--warmup_rounds", "1"]
     rows = benchmark.main([*argv, "--compare_input_gradient"])
     names = [row["setup"] for row in rows]
-    assert names[:3] == ["paper batches", "token budget 40", "paper batches, weight copy"]
+    assert names[:3] == ["paper batches", "token budget 40", "paper batches, PyTorch matmul"]
     assert names[3].startswith("synthetic, paper-batch shape 10x") and names[4] == "synthetic 2x8"
     assert rows[3]["padding_share"] == 0
-    assert fast_linear._input_gradient is not benchmark.input_gradient_through_a_weight_copy  # put back
+    assert fast_linear._input_gradient is not benchmark.input_gradient_by_pytorch_matmul  # put back
     for row in rows:
         assert row["real_tokens_per_second"] > 0 and 0 <= row["padding_share"] < 1 and 0 <= row["collator_share"] < 1
         assert row["padded_tokens_per_second"] >= row["real_tokens_per_second"]
