@@ -83,7 +83,8 @@ def neighbourhood(states: torch.Tensor, window_size: int) -> torch.Tensor:
     """
     seq = states.shape[1]
     padded = nn.functional.pad(states, (0, 0, window_size, window_size))  # (batch, seq + 2w, hidden)
-    shifted = [padded[:, offset : offset + seq] for offset in range(2 * window_size + 1)]  # 2w + 1 x (batch, seq, hidden)
+    # 2w + 1 tensors (batch, seq, hidden): the states at offsets -w … +w
+    shifted = [padded[:, offset : offset + seq] for offset in range(2 * window_size + 1)]
     return torch.stack(shifted, dim=2)  # (batch, seq, 2w + 1, hidden)
 
 
