@@ -281,11 +281,12 @@ def load_raw_splits(
         if path is None and split not in sources:
             continue
         source = path or data_args.dataset_name
-        if path is not None and _file_kind(path, task) is None:
+        kind = None if path is None else _file_kind(path, task)
+        if path is not None and kind is None:
             raw[split] = file_reader(path)
             check_examples(raw[split], source, split, task)
             continue
-        dataset = sources[split] if path is None else _load_with_datasets(path, _file_kind(path, task))
+        dataset = sources[split] if path is None else _load_with_datasets(path, kind)
         if len(dataset) == 0:
             raise ValueError(f"{source}: no examples in the {split} split")
         text_column = _pick_column(dataset, data_args.text_column_name, text_candidates, 0, "text")
@@ -362,7 +363,8 @@ def tokenize_and_align_labels(examples: dict, tokenizer, label2id: dict[str, int
 
     The word-level tokenizer frames each sentence as `<s> w_1 ... w_n </s>` and keeps each given word one token
     (spaces inside a word included); should a tokenizer split a word into several tokens, only the first carries
-    the label. `<s>`, `</s>` and continuation tokens get `IGNORE_INDEX`. Sentences longer than `max_length` tokens are truncated (the caller warns).
+    the label. `<s>`, `</s>` and continuation tokens get `IGNORE_INDEX`. Sentences longer than `max_length` tokens
+    are truncated (the caller warns).
     """
     encoded = tokenizer(examples["tokens"], is_split_into_words=True, truncation=True, max_length=max_length)
     all_labels = []

