@@ -282,8 +282,17 @@ class SLSTMTrainer(Trainer):
         write_model_card(self.args.output_dir, info, repo_id)
 
     def end(self):
-        """Waits for every process, then ends the run (destroys the process group). Left to interpreter exit, gloo's
-        threads sometimes abort a process that has finished and saved everything."""
+        """Releases the distributed model wrapper, waits for every process, then ends the run (destroys the process
+        group). Left to interpreter exit, gloo's threads sometimes abort a process that has finished and saved
+        everything.
+
+        The wrapper goes first because its C++ gradient reducer holds the gloo process group: when the reducer drops
+        the group's last reference, the group's destructor waits for gloo's worker threads while holding the GIL, and
+        a worker that is still freeing a finished collective's tensors waits for the GIL: the process hangs after
+        everything is saved (https://github.com/pytorch/pytorch/issues/56297). With the wrapper gone, the group's
+        last reference is the one `destroy_process_group` drops, through a binding that releases the GIL first."""
+        self.model_wrapped = self.model
+        self.accelerator.free_memory()  # drops the accelerator's references to the wrapper, then collects garbage
         self.accelerator.wait_for_everyone()
         super().end()
 

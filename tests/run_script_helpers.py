@@ -109,6 +109,19 @@ def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def kill_with_descendants(pid: int) -> None:
+    """SIGKILL a process and every process below it (torchrun starts its workers in new sessions: killing the
+    launcher's process group would leave them running)."""
+    import psutil  # accelerate's dependency
+
+    root = psutil.Process(pid)
+    for process in [*root.children(recursive=True), root]:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 def free_port() -> int:
     """A TCP port that nothing listens on now (the launchers' rendezvous; fixed ports collide across runs)."""
     with socket.socket() as probe:
@@ -177,11 +190,30 @@ def assert_classification_scores_match(output_dir: Path, test_examples: list[dic
     return results
 
 
+TRACEBACK_BEFORE_TIMEOUT = Path(__file__).resolve().parent / "traceback_before_timeout"
+TRACEBACK_MARGIN_S = 20
+
+
 def run_subprocess(args: list[str], env_extra: dict | None = None, timeout=240, check=True):
+    """`args` run from the repository root with one OpenMP thread, as a `CompletedProcess` (text output).
+
+    A run still going after `timeout` seconds fails the test with the output of every process it started: each one
+    (launcher and workers included) dumps its threads' tracebacks `TRACEBACK_MARGIN_S` seconds before (see
+    `traceback_before_timeout/sitecustomize.py`), and all of them are then killed, the workers that a launcher
+    starts in sessions of their own too, so that none outlives the test."""
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONHASHSEED="0")
     env.pop("LOCAL_RANK", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TRACEBACK_BEFORE_TIMEOUT), env.get("PYTHONPATH")]))
+    env["SLSTM_TEST_TRACEBACK_AFTER_S"] = str(max(timeout - TRACEBACK_MARGIN_S, 1))
     env.update(env_extra or {})
-    result = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    with subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
+        try:
+            stdout, stderr = run.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_with_descendants(run.pid)
+            stdout, stderr = run.communicate()
+            raise AssertionError(f"{args} still ran after {timeout} s:\n{stdout[-4000:]}\n{stderr[-12000:]}") from None
+    result = subprocess.CompletedProcess(args, run.returncode, stdout, stderr)
     if check and result.returncode != 0:
         raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
     return result
