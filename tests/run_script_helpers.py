@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil  # a dependency of accelerate
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "run_scripts"
 if str(SCRIPTS) not in sys.path:
@@ -112,8 +114,6 @@ def read_json(path: Path) -> dict:
 def kill_with_descendants(pid: int) -> None:
     """SIGKILL a process and every process below it (torchrun starts its workers in new sessions: killing the
     launcher's process group would leave them running)."""
-    import psutil  # accelerate's dependency
-
     root = psutil.Process(pid)
     for process in [*root.children(recursive=True), root]:
         try:
