@@ -6,6 +6,7 @@ GATE_NORMALIZATIONS = ("sigmoid_softmax", "softmax")
 CHAR_PAD_ID = 0
 """The id of padding in `char_ids` (a character vocabulary's first entry): a zero, untrained embedding row."""
 CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
+INITIAL_STATES = ("learned", "input")
 HEAD_TAG_SCHEMES = (None, "BIOES")
 # Written into every saved config, so that any S-LSTM checkpoint loads with trust_remote_code through every Auto
 # class, not only through the one of the class that saved it (which is all `save_pretrained` records by itself).
@@ -95,6 +96,12 @@ class SLSTMConfig(PreTrainedConfig):
         num_sentence_nodes (`int`, *optional*, defaults to 1):
             Number of sentence-level nodes `K`. 0 removes global exchange; with more than one, each sentence node's
             gates read all sentence states (the paper's "dummy nodes" that exchange information with each other).
+        initial_state (`str`, *optional*, defaults to `"learned"`):
+            The states before the first step. `"learned"` (the paper's): `h_i^0 = g^0 = h^0`, one learned vector, with
+            every cell at zero. `"input"` (the authors' released classification code): `h_i^0 = c_i^0 = P x_i` and
+            `g^0 = c_g^0` their mean over the real positions, where `P` is a learned linear map when
+            `word_representation_dim != hidden_size` and the identity otherwise. With `"learned"` the sentence cell
+            after step 1 is zero for every input (it mixes zero cells), so step 1 carries no global information.
         gate_normalization (`str`, *optional*, defaults to `"sigmoid_softmax"`):
             How the cell gates are normalised to sum to one: `"sigmoid_softmax"` applies the softmax to sigmoid
             outputs as the paper and its code do; `"softmax"` applies it to the raw pre-activations.
@@ -164,6 +171,7 @@ class SLSTMConfig(PreTrainedConfig):
         num_steps: int = 9,
         window_size: int = 1,
         num_sentence_nodes: int = 1,
+        initial_state: str = "learned",
         gate_normalization: str = "sigmoid_softmax",
         context_independent_content: bool = False,
         remove_output_gate: bool = False,
@@ -192,6 +200,7 @@ class SLSTMConfig(PreTrainedConfig):
         self.num_steps = num_steps
         self.window_size = window_size
         self.num_sentence_nodes = num_sentence_nodes
+        self.initial_state = initial_state
         self.gate_normalization = gate_normalization
         self.context_independent_content = context_independent_content
         self.remove_output_gate = remove_output_gate
@@ -236,6 +245,8 @@ class SLSTMConfig(PreTrainedConfig):
             raise ValueError(
                 f"SLSTMConfig.gate_normalization must be one of {GATE_NORMALIZATIONS}, got {self.gate_normalization!r}"
             )
+        if self.initial_state not in INITIAL_STATES:
+            raise ValueError(f"SLSTMConfig.initial_state must be one of {INITIAL_STATES}, got {self.initial_state!r}")
         if self.classifier_pooling not in CLASSIFIER_POOLINGS:
             raise ValueError(
                 f"SLSTMConfig.classifier_pooling must be one of {CLASSIFIER_POOLINGS}, got {self.classifier_pooling!r}"

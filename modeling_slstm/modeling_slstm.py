@@ -389,6 +389,52 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         return states.to(h.dtype), cells.to(h.dtype)
 
 
+class SLSTMInitialStates(nn.Module):
+    r"""
+    The states before the first step, `(h^0, c^0, g^0, c_g^0)`, as `config.initial_state` says (`docs/equations.md`,
+    "Initial state"):
+
+    - `"learned"` (the paper's): `h_i^0 = g^0 = h^0`, one learned vector (`learned_state`, zero at initialisation),
+      and every cell zero;
+    - `"input"` (the authors' released classification code): `h_i^0 = c_i^0 = P x_i` and `g^0 = c_g^0 =` their mean
+      over the real positions, with `P` a learned linear map (`input_projection`) when `word_representation_dim`
+      differs from `hidden_size`, the identity otherwise.
+
+    Padding gets zero states and cells either way, and is left out of the mean, so the outputs stay exact under
+    padding.
+
+    Args:
+        config ([`SLSTMConfig`]): `initial_state`, `hidden_size`, `word_representation_dim` and
+            `num_sentence_nodes` are read.
+    """
+
+    def __init__(self, config: SLSTMConfig):
+        super().__init__()
+        self.num_sentence_nodes = config.num_sentence_nodes
+        self.from_input = config.initial_state == "input"
+        self.learned_state = None if self.from_input else nn.Parameter(torch.zeros(config.hidden_size))
+        needs_projection = self.from_input and config.word_representation_dim != config.hidden_size
+        self.input_projection = (
+            SLSTMLinear(config.word_representation_dim, config.hidden_size) if needs_projection else nn.Identity()
+        )
+
+    def forward(
+        self, inputs_embeds: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`x` `(batch, seq, word_representation_dim)`, `mask` `(batch, seq, 1)` (1.0 at real positions), `lengths`
+        `(batch, 1)` -> `(h^0, c^0)` `(batch, seq, hidden)` and `(g^0, c_g^0)` `(batch, nodes, hidden)`."""
+        batch, seq, _ = inputs_embeds.shape
+        if self.from_input:
+            word_states = self.input_projection(inputs_embeds) * mask  # P x_i: (batch, seq, hidden)
+            mean_state = (word_states.sum(1) / lengths).to(word_states.dtype)  # (batch, hidden)
+            sentence_states = mean_state.unsqueeze(1).expand(batch, self.num_sentence_nodes, -1)  # (batch, nodes, H)
+            return word_states, word_states, sentence_states, sentence_states
+        initial = self.learned_state.to(inputs_embeds.dtype)  # h^0: (hidden,)
+        word_states = initial.expand(batch, seq, -1) * mask  # (batch, seq, hidden)
+        sentence_states = initial.expand(batch, self.num_sentence_nodes, -1)  # (batch, nodes, hidden)
+        return word_states, torch.zeros_like(word_states), sentence_states, torch.zeros_like(sentence_states)
+
+
 class SLSTMPreTrainedModel(PreTrainedModel):
     r"""
     Weight initialisation and loading for the S-LSTM models.
@@ -396,7 +442,8 @@ class SLSTMPreTrainedModel(PreTrainedModel):
     `_init_weights` choices: gate matrices (`nn.Linear`) uniform in `±1/sqrt(hidden_size)`, as `torch.nn.LSTM`
     initialises its gates, so that every gate starts in sigmoid's linear range whatever the window or node count;
     biases zero; word embeddings normal with `config.initializer_range` (replaced by pretrained vectors when given)
-    and a zero padding row (character embeddings likewise); the learned initial state `h^0` zero; the CRF's own
+    and a zero padding row (character embeddings likewise); the learned initial state `h^0` zero (the input
+    projection of `initial_state="input"` is a gate-like linear layer); the CRF's own
     `reset_parameters` (pytorch-crf's uniform `±0.1` scores, and the scheme constraints, which are masks rather than
     parameters). The character CNN's convolution gets PyTorch's `nn.Conv1d` initialisation (uniform in
     `±1/sqrt(fan_in)`, fan-in `char_embedding_dim * char_kernel_size`, which is unrelated to `hidden_size`).
@@ -423,8 +470,8 @@ class SLSTMPreTrainedModel(PreTrainedModel):
             bound = module.weight[0].numel() ** -0.5  # 1 / sqrt(fan_in)
             init.uniform_(module.weight, -bound, bound)
             init.uniform_(module.bias, -bound, bound)
-        elif isinstance(module, SLSTMModel):
-            init.zeros_(module.initial_state)
+        elif isinstance(module, SLSTMInitialStates) and module.learned_state is not None:
+            init.zeros_(module.learned_state)
         elif isinstance(module, ConditionalRandomField):
             # Also rewrites the constraint buffers, which checkpoints do not hold.
             module.reset_parameters()
@@ -446,8 +493,7 @@ class SLSTMModel(SLSTMPreTrainedModel):
         super().__init__(config)
         self.embeddings = SLSTMEmbeddings(config)
         self.transition = SLSTMStateTransition(config)
-        # h^0 = g^0: the paper's learned initial state; cells start at zero.
-        self.initial_state = nn.Parameter(torch.zeros(config.hidden_size))
+        self.initial_states = SLSTMInitialStates(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -503,12 +549,7 @@ class SLSTMModel(SLSTMPreTrainedModel):
         lengths = sentence_lengths(attention_mask)  # (batch, 1)
         input_gate_terms, input_content = self.transition.input_terms(inputs_embeds)
 
-        hidden = self.config.hidden_size
-        initial = self.initial_state.to(inputs_embeds.dtype)
-        word_states = initial.expand(batch, seq, hidden) * mask  # (batch, seq, hidden)
-        word_cells = torch.zeros_like(word_states)
-        sentence_states = initial.expand(batch, self.config.num_sentence_nodes, hidden)  # (batch, nodes, hidden)
-        sentence_cells = torch.zeros_like(sentence_states)
+        word_states, word_cells, sentence_states, sentence_cells = self.initial_states(inputs_embeds, mask, lengths)
 
         all_word_states = (word_states,) if output_hidden_states else None
         for _ in range(self.config.num_steps):

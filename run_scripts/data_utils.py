@@ -142,7 +142,9 @@ def read_text_label_file(path: str | Path, encoding: str = "utf-8") -> list[dict
 
 
 def seeded_split(items: Sequence, seed: int, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> dict:
-    """Shuffles `items` with `random.Random(seed)` and cuts them into train/validation/test by `fractions`.
+    """Shuffles `items` with `random.Random(seed)` and cuts them into train/validation/test by `fractions`; each split
+    keeps the shuffled order, so that its first examples (`--max_train_samples`) are a random sample, not the start of
+    the corpus (movie review holds all positive sentences, then all negative ones).
 
     The split is a pure function of the items' order, the seed and the fractions: `n_validation = round(n * f_val)`,
     `n_test = round(n * f_test)`, the rest is train.
@@ -157,7 +159,7 @@ def seeded_split(items: Sequence, seed: int, fractions: tuple[float, float, floa
         "validation": order[n_train : n_train + n_validation],
         "test": order[n_train + n_validation :],
     }
-    return {split: [items[index] for index in sorted(indices)] for split, indices in cuts.items()}
+    return {split: [items[index] for index in indices] for split, indices in cuts.items()}
 
 
 def read_rt_polarity(directory: str | Path, seed: int = 42) -> dict[str, list[dict]]:

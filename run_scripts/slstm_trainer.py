@@ -1,6 +1,6 @@
 """`SLSTMTrainer`: the `transformers` Trainer of `run_ner.py` and `run_classification.py`.
 
-It adds the paper's per-epoch exponential learning-rate decay, a length-grouped sampler that resumes exactly,
+It adds the paper's per-epoch exponential learning-rate decay and L2 regularisation, a length-grouped sampler that resumes exactly,
 token-budget batches (`--max_tokens_per_batch`), evaluation in the data's order, and the S-LSTM model card
 (`hub_configs/model_card_template.md`) that `create_model_card` / `push_to_hub` write.
 """
@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Sampler
 from transformers import EarlyStoppingCallback, Trainer
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import seed_worker
+from transformers.training_args import OptimizerNames
 
 logger = logging.getLogger(__name__)
 
@@ -257,6 +258,23 @@ class SLSTMTrainer(Trainer):
         self._created_lr_scheduler = True
         return self.lr_scheduler
 
+    def create_optimizer(self, model=None) -> torch.optim.Optimizer:
+        """With `--l2_regularization`: the paper's Adam with coupled L2 (`torch.optim.Adam(weight_decay=...)` adds the
+        coefficient times each weight to its gradient), the word embeddings in a group without it unless
+        `--l2_include_word_embeddings`; otherwise the Trainer's optimizer."""
+        l2 = getattr(self.args, "l2_regularization", None)
+        if l2 is None or self.optimizer is not None:
+            return super().create_optimizer(model)
+        model = self.model if model is None else model
+        if self.args.optim not in (OptimizerNames.ADAMW_TORCH, OptimizerNames.ADAMW_TORCH_FUSED):
+            logger.warning(f"--l2_regularization trains with torch.optim.Adam: --optim {self.args.optim} is not used")
+        groups = l2_parameter_groups(model, l2, self.args.l2_include_word_embeddings)
+        self.optimizer = torch.optim.Adam(
+            groups, lr=self.args.learning_rate, betas=(self.args.adam_beta1, self.args.adam_beta2),
+            eps=self.args.adam_epsilon,
+        )  # fmt: skip
+        return self.optimizer
+
     def create_model_card(self, model_name: str | None = None, **kwargs):
         """Writes the S-LSTM model card (README.md) into `--output_dir` instead of the generic one; `push_to_hub`
         calls it before the upload."""
@@ -295,6 +313,17 @@ class SLSTMTrainer(Trainer):
         self.accelerator.free_memory()  # drops the accelerator's references to the wrapper, then collects garbage
         self.accelerator.wait_for_everyone()
         super().end()
+
+
+def l2_parameter_groups(model: torch.nn.Module, coefficient: float, include_word_embeddings: bool) -> list[dict]:
+    """Adam parameter groups: every trainable parameter with `weight_decay=coefficient`, except the word embedding
+    matrix (`model.get_input_embeddings()`), which gets 0 unless `include_word_embeddings`."""
+    embedding = model.get_input_embeddings().weight
+    trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    exempt = [] if include_word_embeddings else [p for p in trainable if p is embedding]
+    regularized = [p for p in trainable if not any(p is q for q in exempt)]
+    groups = [{"params": regularized, "weight_decay": coefficient}, {"params": exempt, "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
 
 
 def format_metrics_table(metrics: dict) -> str:

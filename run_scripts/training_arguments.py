@@ -120,8 +120,9 @@ class DataArguments:
 
 @dataclass
 class SLSTMTrainingArguments(TrainingArguments):
-    """`TrainingArguments` plus the paper's per-epoch exponential learning-rate decay and token-budget batches
-    (`--max_tokens_per_batch`) and early stopping (`--early_stopping_patience`), with three defaults changed:
+    """`TrainingArguments` plus the paper's per-epoch exponential learning-rate decay and L2 regularisation
+    (`--l2_regularization`), token-budget batches (`--max_tokens_per_batch`) and early stopping
+    (`--early_stopping_patience`), with three defaults changed:
 
     - `hub_strategy="end"`: with `--push_to_hub`, one commit at the end of the run (model, tokenizer, code, model
       card and results) instead of one per checkpoint save;
@@ -147,6 +148,23 @@ class SLSTMTrainingArguments(TrainingArguments):
             "grouped by --train_sampling_strategy. Bigger batches run more tokens per second but take fewer, larger "
             "optimizer steps: the learning rate may need retuning. Deterministic under --seed (--data_seed), every "
             "example once per epoch, each of several processes gets its own batches; resumes exactly."
+        },
+    )
+    l2_regularization: float | None = field(
+        default=None,
+        metadata={
+            "help": "The paper's L2 regularisation (0.001 there): Adam (torch.optim.Adam) with this coefficient times "
+            "each weight added to its gradient, i.e. the loss plus coefficient/2 * ||weights||^2 (coupled, unlike "
+            "--weight_decay's decoupled AdamW decay). The gradient is clipped (--max_grad_norm) before the term is "
+            "added. Replaces --optim; the word embeddings are left out unless --l2_include_word_embeddings."
+        },
+    )
+    l2_include_word_embeddings: bool = field(
+        default=False,
+        metadata={
+            "help": "Apply --l2_regularization to the word embedding matrix too. Off by default: words that occur "
+            "only in validation/test data get no data gradient, so the L2 term alone would pull their pretrained "
+            "vectors to zero (Adam moves them by about the learning rate every step)."
         },
     )
     early_stopping_patience: int | None = field(
@@ -189,6 +207,14 @@ class SLSTMTrainingArguments(TrainingArguments):
                 "--early_stopping_patience must be a positive number of evaluations, with --load_best_model_at_end; "
                 f"got {self.early_stopping_patience} and load_best_model_at_end={self.load_best_model_at_end}"
             )
+        if self.l2_regularization is not None:
+            if self.l2_regularization < 0:
+                raise ValueError(f"--l2_regularization must be >= 0, got {self.l2_regularization}")
+            if self.weight_decay:
+                raise ValueError(
+                    f"--l2_regularization {self.l2_regularization} (coupled L2 in Adam) and --weight_decay "
+                    f"{self.weight_decay} (decoupled AdamW decay) regularise the same weights twice: give one of them"
+                )
         if self.max_tokens_per_batch is not None and self.max_tokens_per_batch < 1:
             raise ValueError(
                 f"--max_tokens_per_batch must be a positive number of tokens, got {self.max_tokens_per_batch}"

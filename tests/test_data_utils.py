@@ -75,11 +75,22 @@ def test_seeded_split_is_deterministic_and_disjoint():
     assert data_utils.seeded_split(items, 6) != first
 
 
+def test_seeded_split_keeps_the_shuffled_order_within_each_split():
+    """A corpus sorted by class (like movie review: all positive, then all negative) gives splits whose first
+    examples hold both classes, so `--max_train_samples` takes a random sample."""
+    items = [("pos", i) for i in range(500)] + [("neg", i) for i in range(500)]
+    splits = data_utils.seeded_split(items, 42)
+    for split, examples in splits.items():
+        assert {label for label, _ in examples[:20]} == {"pos", "neg"}, split
+        assert examples != sorted(examples, key=items.index), split  # not back in corpus order
+
+
 def test_movie_review_split(shared_data):
     directory = shared_data("movie_review")
     splits = data_utils.read_rt_polarity(directory, seed=42)
     assert [len(splits[s]) for s in ("train", "validation", "test")] == [8530, 1066, 1066]
-    assert {e["label"] for e in splits["test"]} == {"pos", "neg"}
+    for split, examples in splits.items():
+        assert {e["label"] for e in examples[:100]} == {"pos", "neg"}, split
 
 
 def test_wnut16_split(tmp_path):

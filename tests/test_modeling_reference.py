@@ -108,13 +108,29 @@ def reference_step(p, x, h, c, g, cg, gate_normalization):
     return new_h, new_c, new_g, new_cg
 
 
+def reference_initial_states(model, x):
+    """`(h^0, c^0, g^0, c_g^0)` of one sentence with word representations `x` (list of vectors), as
+    `config.initial_state` says: the learned `h^0` everywhere with zero cells, or each word's (projected) `x_i` as
+    its state and cell, and their plain average for every sentence node."""
+    K = model.config.num_sentence_nodes
+    if model.config.initial_state == "learned":
+        h0 = model.initial_states.learned_state
+        zero = torch.zeros_like(h0)
+        return [h0] * len(x), [zero] * len(x), [h0] * K, [zero] * K
+    projection = model.initial_states.input_projection
+    if isinstance(projection, torch.nn.Linear):
+        h = [projection.weight @ x_i + projection.bias for x_i in x]
+    else:
+        h = list(x)
+    mean = sum(h) / len(h)
+    return h, list(h), [mean] * K, [mean] * K
+
+
 def reference_forward(model, ids):
     """Word states of every step and the final sentence states of one sentence (list of ids)."""
     p = PaperParameters(model)
     x = [model.embeddings.word_embeddings.weight[i] for i in ids]
-    h0 = model.initial_state
-    h, c = [h0] * len(ids), [torch.zeros_like(h0)] * len(ids)
-    g, cg = [h0] * p.K, [torch.zeros_like(h0)] * p.K
+    h, c, g, cg = reference_initial_states(model, x)
     steps = [torch.stack(h)]
     for _ in range(model.config.num_steps):
         h, c, g, cg = reference_step(p, x, h, c, g, cg, model.config.gate_normalization)
@@ -130,11 +146,23 @@ SIMPLIFICATIONS = {
 }
 
 
+# `initial_state="input"` with embedding_dim 5 and hidden 6 goes through the projection; with equal widths through
+# the identity.
+INITIAL_STATES = {
+    "learned": {"initial_state": "learned"},
+    "input_projected": {"initial_state": "input"},
+    "input_identity": {"initial_state": "input", "embedding_dim": 6},
+}
+
+
+@pytest.mark.parametrize("initial_state", INITIAL_STATES)
 @pytest.mark.parametrize("simplification", SIMPLIFICATIONS)
 @pytest.mark.parametrize("gate_normalization", ["sigmoid_softmax", "softmax"])
 @pytest.mark.parametrize("num_sentence_nodes", [0, 1, 2])
 @pytest.mark.parametrize("window_size", [1, 2])
-def test_model_matches_reference_recurrence(window_size, num_sentence_nodes, gate_normalization, simplification):
+def test_model_matches_reference_recurrence(
+    window_size, num_sentence_nodes, gate_normalization, simplification, initial_state
+):
     model = build(
         SLSTMModel,
         dtype=torch.float64,
@@ -143,8 +171,9 @@ def test_model_matches_reference_recurrence(window_size, num_sentence_nodes, gat
         num_sentence_nodes=num_sentence_nodes,
         gate_normalization=gate_normalization,
         **SIMPLIFICATIONS[simplification],
+        **INITIAL_STATES[initial_state],
     )
-    assert model.initial_state.abs().min() > 0  # random, not the zero init
+    assert all(parameter.abs().min() > 0 for parameter in model.initial_states.parameters())  # random, not zero
     sentences = random_ids(LENGTHS)
     ids, mask = pad(sentences)  # mixed lengths in one right-padded batch
     with torch.no_grad():

@@ -35,10 +35,11 @@ def run_alone_and_batched(model, sentences, side, labels=None, **kwargs):
     return alone, batched, mask
 
 
+@pytest.mark.parametrize("initial_state", ["learned", "input"])
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("num_sentence_nodes", [0, 1, 2])
-def test_encoder_is_padding_invariant(side, num_sentence_nodes):
-    model = build(SLSTMModel, num_sentence_nodes=num_sentence_nodes, window_size=2)
+def test_encoder_is_padding_invariant(side, num_sentence_nodes, initial_state):
+    model = build(SLSTMModel, num_sentence_nodes=num_sentence_nodes, window_size=2, initial_state=initial_state)
     sentences = random_ids(LENGTHS)
     alone, batched, mask = run_alone_and_batched(model, sentences, side, output_hidden_states=True)
     assert len(batched.hidden_states) == model.config.num_steps + 1
@@ -51,10 +52,13 @@ def test_encoder_is_padding_invariant(side, num_sentence_nodes):
     assert torch.all(batched.last_hidden_state[~mask] == 0)
 
 
+@pytest.mark.parametrize("initial_state", ["learned", "input"])
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("pooling", ["sentence", "attention", "mean"])
-def test_sequence_classifier_is_padding_invariant(side, pooling):
-    model = build(SLSTMForSequenceClassification, classifier_pooling=pooling, num_labels=3)
+def test_sequence_classifier_is_padding_invariant(side, pooling, initial_state):
+    model = build(
+        SLSTMForSequenceClassification, classifier_pooling=pooling, num_labels=3, initial_state=initial_state
+    )
     sentences = random_ids(LENGTHS)
     labels = torch.tensor([0, 2, 1, 2])
     ids, mask = pad(sentences, side)

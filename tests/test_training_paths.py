@@ -23,6 +23,7 @@ from torch import nn
 from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel, fast_linear
 from modeling_slstm.crf import ConditionalRandomField
 from modeling_slstm.fast_linear import SLSTMConv1d, SLSTMLinear
+from modeling_slstm.modeling_slstm import SLSTMInitialStates
 from modeling_slstm.tag_schemes import allowed_transitions
 
 # Task models under test: name -> (model class, config settings on top of `tiny_config` or `tagger_config`).
@@ -174,7 +175,7 @@ def test_hidden_dropout_acts_on_the_states_read_by_the_next_step():
 
     steps, batch_size = config.num_steps, ids.shape[0]
     assert len(reads) == 2 * steps  # the word states, then the sentence states, at every step
-    initial = model.initial_state.detach()
+    initial = model.initial_states.learned_state.detach()
     word_reads = [initial * mask.unsqueeze(-1)] + [h for h, _, _, _ in steps_out[:-1]]
     sentence_reads = [initial.expand(batch_size, 2, -1)] + [g for _, _, g, _ in steps_out[:-1]]
     for step in range(steps):
@@ -464,9 +465,9 @@ def assert_documented_init(model) -> None:
             assert abs(values.std() - config.initializer_range) < 0.1 * config.initializer_range, name
             assert abs(values.mean()) < 0.1 * config.initializer_range, name
             assert torch.all(module.weight[module.padding_idx] == 0), name
-        elif isinstance(module, SLSTMModel):
-            assert torch.all(module.initial_state == 0)
-            checked.add(f"{name}.initial_state".lstrip("."))
+        elif isinstance(module, SLSTMInitialStates):
+            assert torch.all(module.learned_state == 0)
+            checked.add(f"{name}.learned_state".lstrip("."))
             continue
         elif isinstance(module, ConditionalRandomField):
             for scores in (module.start_transitions, module.end_transitions, module.transitions):
