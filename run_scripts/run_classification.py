@@ -15,28 +15,26 @@ number of examples by length-grouped batches of up to N padded tokens: faster, b
 
 Data: `text ||| label` files (one example per line, any extension other than json/jsonl/csv/tsv/parquet),
 json/jsonl/csv/tsv/parquet with a text and a label column, --dataset_name, or --rt_polarity_dir for the movie-review
-`rt-polarity.pos/.neg` pair (seeded 80/10/10 split, see data_utils.read_rt_polarity). Text is split on whitespace,
+`rt-polarity.pos/.neg` pair (seeded 80/10/10 split, see data.read_rt_polarity). Text is split on whitespace,
 so give it pre-tokenised. Metrics: accuracy and macro-F1 (scikit-learn's, on the label names).
 
 Test predictions (`--do_predict`), in the test data's order, each with a header line:
 - `test_predictions.tsv`: `text<TAB>gold<TAB>predicted` (tabs and line breaks inside a text become spaces, which
   splits it into the same words). scikit-learn on its two label columns gives exactly the reported test metrics
-  (`run_scripts/rescore_predictions.py` does that);
+  (`run_scripts/utilities/rescore_predictions.py` does that);
 - `predictions.txt`: `gold<TAB>predicted<TAB>text`.
 """
 
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import data_utils
 from sklearn.metrics import accuracy_score, f1_score
-from slstm_trainer import SLSTMTrainer
-from training_arguments import DataArguments, parse_training_arguments
-from training_setup import (
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, set_seed
+
+from run_scripts.training import data
+from run_scripts.training.arguments import DataArguments, parse_training_arguments
+from run_scripts.training.model_setup import (
     apply_training_recipe,
     build_fresh_model,
     load_checkpoint,
@@ -45,7 +43,7 @@ from training_setup import (
     setup_logging,
     uses_char_features,
 )
-from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, set_seed
+from run_scripts.training.trainer import SLSTMTrainer
 
 logger = logging.getLogger("run_classification")
 
@@ -104,12 +102,12 @@ def main():
 
     # Data: texts with their labels, by split.
     if data_args.rt_polarity_dir:
-        raw = data_utils.read_rt_polarity(data_args.rt_polarity_dir, seed=data_args.split_seed)
+        raw = data.read_rt_polarity(data_args.rt_polarity_dir, seed=data_args.split_seed)
     else:
-        raw = data_utils.load_raw_splits(
-            data_args, "sequence", lambda path: data_utils.read_text_label_file(path, data_args.file_encoding)
+        raw = data.load_raw_splits(
+            data_args, "sequence", lambda path: data.read_text_label_file(path, data_args.file_encoding)
         )
-    raw = data_utils.truncate_splits(raw, data_args)
+    raw = data.truncate_splits(raw, data_args)
     if training_args.do_train and "train" not in raw:
         raise ValueError("--do_train needs training data (--train_file, --dataset_name or --rt_polarity_dir)")
 
@@ -144,7 +142,7 @@ def main():
     check_splits = dict(raw)
     if model_args.model_name_or_path and "train" in raw:
         check_splits["validation"] = raw["train"] + raw.get("validation", [])
-    data_utils.check_labels_known(check_splits, label_list, "label", sequence=False)
+    data.check_labels_known(check_splits, label_list, "label", sequence=False)
     label2id = {label: index for index, label in enumerate(label_list)}
     char_ids = uses_char_features(model.config)  # else the tokenizer's char_ids are dropped
     processed = {
@@ -206,13 +204,13 @@ def tokenize(
     split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args, char_ids: bool
 ):
     """One split tokenised (whitespace-split words) with label ids; examples over `max_length` are truncated."""
-    truncated = data_utils.count_truncated((len(e["text"].split()) for e in examples), max_length)
+    truncated = data.count_truncated((len(e["text"].split()) for e in examples), max_length)
     if truncated:
         logger.warning(f"{split}: {truncated} example(s) longer than --max_seq_length {max_length} are truncated")
-    return data_utils.tokenize_split(
+    return data.tokenize_split(
         split,
         examples,
-        data_utils.tokenize_texts,
+        data.tokenize_texts,
         training_args,
         char_ids=char_ids,
         tokenizer=tokenizer,

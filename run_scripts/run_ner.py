@@ -26,32 +26,17 @@ Test predictions (`--do_predict`), one `token gold predicted` line per word, a b
 test file's order; words cut by --max_seq_length are predicted `O`:
 - `test_predictions.txt`: span tags in IOB2 (converted from the training scheme), other tags as they are. The test
   metrics are the scores of exactly this file (all its words), so rescoring it with an independent scorer
-  (`run_scripts/rescore_predictions.py`, seqeval) gives the reported numbers;
+  (`run_scripts/utilities/rescore_predictions.py`, seqeval) gives the reported numbers;
 - `predictions.txt`: the same in the data's own tag scheme (e.g. IOB1).
 """
 
 import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import data_utils
 import numpy as np
 from seqeval.metrics import classification_report
 from seqeval.scheme import IOB2
-from slstm_trainer import SLSTMTrainer
-from training_arguments import DataArguments, parse_training_arguments
-from training_setup import (
-    apply_training_recipe,
-    build_fresh_model,
-    load_checkpoint,
-    load_fresh_config,
-    resume_checkpoint,
-    setup_logging,
-    uses_char_features,
-)
 from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
 
 from modeling_slstm.tag_schemes import (
@@ -61,6 +46,18 @@ from modeling_slstm.tag_schemes import (
     normalize_scheme_name,
     split_tag,
 )
+from run_scripts.training import data
+from run_scripts.training.arguments import DataArguments, parse_training_arguments
+from run_scripts.training.model_setup import (
+    apply_training_recipe,
+    build_fresh_model,
+    load_checkpoint,
+    load_fresh_config,
+    resume_checkpoint,
+    setup_logging,
+    uses_char_features,
+)
+from run_scripts.training.trainer import SLSTMTrainer
 
 logger = logging.getLogger("run_ner")
 
@@ -147,7 +144,7 @@ class TokenMetrics:
         """Tag sequences of the labelled positions (label != -100) of each example."""
         gold, predicted = [], []
         for prediction_row, label_row in zip(predictions, labels):
-            keep = label_row != data_utils.IGNORE_INDEX
+            keep = label_row != data.IGNORE_INDEX
             gold.append([self.id2label[int(i)] for i in label_row[keep]])
             predicted.append([self.id2label[int(i)] for i in prediction_row[keep]])
         return gold, predicted
@@ -199,7 +196,7 @@ def main():
     set_seed(training_args.seed)
 
     # Data: sentences as words and tags, by split.
-    raw = data_utils.truncate_splits(load_raw_splits(data_args), data_args)
+    raw = data.truncate_splits(load_raw_splits(data_args), data_args)
     if training_args.do_train and "train" not in raw:
         raise ValueError("--do_train needs --train_file or --dataset_name with a train split")
     span_task = is_span_labels(example["tags"] for split in raw.values() for example in split)
@@ -252,7 +249,7 @@ def main():
     check_splits = dict(converted)
     if model_args.model_name_or_path and "train" in converted:
         check_splits["validation"] = converted["train"] + converted.get("validation", [])
-    data_utils.check_labels_known(check_splits, label_list, "tags", sequence=True)
+    data.check_labels_known(check_splits, label_list, "tags", sequence=True)
     label2id = {label: index for index, label in enumerate(label_list)}
     char_ids = uses_char_features(model.config)  # else the tokenizer's char_ids are dropped
     processed = {
@@ -327,9 +324,9 @@ def load_raw_splits(data_args) -> dict[str, list[dict]]:
         label_column = int(data_args.label_column_name)
 
     def read_conll(path):
-        return data_utils.read_conll(path, data_args.conll_token_column, label_column)
+        return data.read_conll(path, data_args.conll_token_column, label_column)
 
-    return data_utils.load_raw_splits(data_args, "token", read_conll)
+    return data.load_raw_splits(data_args, "token", read_conll)
 
 
 def tag_schemes(raw: dict, data_args, span_task: bool, continuing: bool) -> tuple[str | None, str | None]:
@@ -379,17 +376,17 @@ def tokenize(
     split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args, char_ids: bool
 ):
     """One split tokenised with its labels aligned to the tokens; sentences over `max_length` are truncated."""
-    truncated = data_utils.count_truncated((len(e["tokens"]) for e in examples), max_length)
+    truncated = data.count_truncated((len(e["tokens"]) for e in examples), max_length)
     if truncated:
         logger.warning(
             f"{split}: {truncated} sentence(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
             "included) are truncated; the test predictions give their remaining words 'O' (scored as missed in the "
             "test metrics), validation scores only the kept words"
         )
-    return data_utils.tokenize_split(
+    return data.tokenize_split(
         split,
         examples,
-        data_utils.tokenize_and_align_labels,
+        data.tokenize_and_align_labels,
         training_args,
         char_ids=char_ids,
         tokenizer=tokenizer,
@@ -413,12 +410,12 @@ def prediction_rows(test_examples: list[dict], predicted_tags, data_scheme, labe
 def write_predictions(output_dir: Path, sentences: list[tuple], test_examples: list[dict], label_scheme, data_scheme):
     """Writes `sentences` (see `prediction_rows`) to `test_predictions.txt` and, in the data's own tag scheme, to
     `predictions.txt`; one `token<TAB>gold<TAB>predicted` line per word, a blank line after each sentence."""
-    data_utils.write_conll(output_dir / TEST_PREDICTIONS_FILE, sentences)
+    data.write_conll(output_dir / TEST_PREDICTIONS_FILE, sentences)
     in_data_scheme = [
         (tokens, example["tags"], convert(predicted, "IOB2" if label_scheme else None, data_scheme))
         for (tokens, _, predicted), example in zip(sentences, test_examples, strict=True)
     ]
-    data_utils.write_conll(output_dir / "predictions.txt", in_data_scheme)
+    data.write_conll(output_dir / "predictions.txt", in_data_scheme)
     logger.warning(
         f"Wrote {output_dir / TEST_PREDICTIONS_FILE} (token, gold, predicted; "
         f"{'IOB2 tags' if label_scheme else 'tags as in the data'}, the scored form) and "

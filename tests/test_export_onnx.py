@@ -1,9 +1,8 @@
-"""run_scripts/export_onnx.py: ONNX export with default settings of every task model, checked in onnxruntime on a
+"""run_scripts/utilities/export_onnx.py: ONNX export with default settings of every task model, checked in onnxruntime on a
 new, padded batch (logits within 1e-4 at real positions; the CRF's Viterbi path identical)."""
 
 import pytest
 from helpers import build, tagger_config, tiny_config
-from run_script_helpers import SCRIPTS  # noqa: F401  (puts run_scripts/ on sys.path)
 
 from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
@@ -11,7 +10,7 @@ from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_confi
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")  # used by torch's ONNX exporter
 
-import export_onnx  # only once the optional ONNX packages are known to be there
+from run_scripts.utilities import export_onnx  # only once the optional ONNX packages are known to be there
 
 WORDS = [["Just", "landed", "in", "New", "York", "."], ["Madison", "Square", "Garden", "tonight", "U.S.", "Hi", "!"]]
 

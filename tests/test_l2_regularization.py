@@ -3,9 +3,10 @@
 import pytest
 import torch
 from helpers import build, pad, random_ids
-from run_script_helpers import slstm_trainer, training_arguments
 
 from modeling_slstm import SLSTMForSequenceClassification
+from run_scripts.training.arguments import SLSTMTrainingArguments
+from run_scripts.training.trainer import SLSTMTrainer
 
 L2 = 0.05
 LEARNING_RATE = 0.01
@@ -16,12 +17,12 @@ def one_adam_step(tmp_path, include_word_embeddings: bool):
     """Parameters before and after one optimizer step of `SLSTMTrainer.create_optimizer` with `--l2_regularization`,
     the gradients of that step, and the optimizer."""
     model = build(SLSTMForSequenceClassification, num_labels=2).train()
-    args = training_arguments.SLSTMTrainingArguments(
+    args = SLSTMTrainingArguments(
         output_dir=str(tmp_path), learning_rate=LEARNING_RATE, adam_beta1=BETA1, adam_beta2=BETA2,
         adam_epsilon=EPSILON, l2_regularization=L2, l2_include_word_embeddings=include_word_embeddings,
         report_to="none", use_cpu=True,
     )  # fmt: skip
-    trainer = slstm_trainer.SLSTMTrainer(model=model, args=args)
+    trainer = SLSTMTrainer(model=model, args=args)
     optimizer = trainer.create_optimizer()
     ids, mask = pad(random_ids([4, 2]))  # a few words of the 20-word vocabulary: most embedding rows get no gradient
     model(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1])).loss.backward()
@@ -61,10 +62,8 @@ def test_l2_is_added_to_the_gradient_before_adam(tmp_path, include_word_embeddin
 def test_decoupled_weight_decay_is_not_coupled_l2(tmp_path):
     """The oracle above tells the two apart: AdamW's first moment holds the data gradient alone."""
     model = build(SLSTMForSequenceClassification, num_labels=2).train()
-    args = training_arguments.SLSTMTrainingArguments(
-        output_dir=str(tmp_path), weight_decay=L2, report_to="none", use_cpu=True
-    )
-    trainer = slstm_trainer.SLSTMTrainer(model=model, args=args)
+    args = SLSTMTrainingArguments(output_dir=str(tmp_path), weight_decay=L2, report_to="none", use_cpu=True)
+    trainer = SLSTMTrainer(model=model, args=args)
     optimizer = trainer.create_optimizer()
     ids, mask = pad(random_ids([3]))
     model(input_ids=ids, attention_mask=mask, labels=torch.tensor([1])).loss.backward()
@@ -76,6 +75,6 @@ def test_decoupled_weight_decay_is_not_coupled_l2(tmp_path):
 
 def test_l2_and_weight_decay_together_are_refused(tmp_path):
     with pytest.raises(ValueError, match="--l2_regularization 0.001 .* and --weight_decay 0.01"):
-        training_arguments.SLSTMTrainingArguments(output_dir=str(tmp_path), l2_regularization=0.001, weight_decay=0.01)
+        SLSTMTrainingArguments(output_dir=str(tmp_path), l2_regularization=0.001, weight_decay=0.01)
     with pytest.raises(ValueError, match="--l2_regularization must be >= 0"):
-        training_arguments.SLSTMTrainingArguments(output_dir=str(tmp_path), l2_regularization=-1.0)
+        SLSTMTrainingArguments(output_dir=str(tmp_path), l2_regularization=-1.0)

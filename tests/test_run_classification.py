@@ -1,7 +1,9 @@
 """run_scripts/run_classification.py end to end on generated files and on slices of the shared data."""
 
 import pytest
-from run_script_helpers import assert_classification_scores_match, data_utils, read_json, run_args, run_main
+from run_script_helpers import assert_classification_scores_match, read_json, run_args, run_main
+
+from run_scripts.training import data
 
 
 def cls_args(output_dir, paths=None, **options):
@@ -26,15 +28,14 @@ def test_generated_text_label_files(tmp_path, monkeypatch):
     run_main_args = cls_args(out, paths, num_train_epochs=4, lr_decay_per_epoch=0.97, eval_strategy="epoch")
     run_main("run_classification", run_main_args, monkeypatch)
     results = read_json(out / "all_results.json")
-    for key in ("eval_accuracy", "eval_macro_f1", "test_accuracy", "test_macro_f1"):
-        assert 0.0 <= results[key] <= 1.0
+    assert {"eval_accuracy", "eval_macro_f1"} <= set(results)  # the test metrics are checked below
     assert results["test_accuracy"] > 0.9  # the toy task is linearly separable by one word
     lines = (out / "predictions.txt").read_text().splitlines()
     assert lines[0] == "gold\tpredicted\ttext" and len(lines) == 25
     assert read_json(out / "config.json")["classifier_pooling"] == "attention"
     # scikit-learn on test_predictions.tsv gives exactly the reported metrics, and so does rescore_predictions.py
-    assert_classification_scores_match(out, data_utils.read_text_label_file(paths["test"]))
-    import rescore_predictions
+    assert_classification_scores_match(out, data.read_text_label_file(paths["test"]))
+    from run_scripts.utilities import rescore_predictions
 
     rescored = rescore_predictions.main(["--predictions_file", str(out / "test_predictions.tsv")])
     assert (rescored["accuracy"], rescored["macro_f1"]) == (results["test_accuracy"], results["test_macro_f1"])
@@ -60,7 +61,8 @@ def test_csv_and_parquet_inputs(tmp_path, monkeypatch):
         monkeypatch,
     )
     assert read_json(out / "config.json")["id2label"] == {"0": "0", "1": "1"}
-    assert 0.0 <= read_json(out / "all_results.json")["test_accuracy"] <= 1.0
+    test_examples = [{"text": row["sentence"], "label": str(row["polarity"])} for row in rows]
+    assert_classification_scores_match(out, test_examples)
 
 
 @pytest.mark.slow
@@ -79,7 +81,7 @@ def test_movie_review_slice(tmp_path, monkeypatch, shared_data):
         ),
         monkeypatch,
     )
-    splits = data_utils.read_rt_polarity(directory)
+    splits = data.read_rt_polarity(directory)
     # Both classes in what was trained and scored, so that accuracy and macro-F1 measure something.
     assert {e["label"] for e in splits["train"][:80]} == {"pos", "neg"}
     assert {e["label"] for e in splits["test"][:40]} == {"pos", "neg"}
@@ -130,7 +132,7 @@ def test_bad_inputs(tmp_path, monkeypatch):
 def test_both_prediction_files_keep_one_example_per_line(tmp_path):
     """A tab or line break inside a text became a column or a line of its own in `predictions.txt` (only
     `test_predictions.tsv` flattened the text)."""
-    import run_classification
+    from run_scripts import run_classification
 
     examples = [{"text": "good\tfilm\nreally", "label": "pos"}, {"text": "bad", "label": "neg"}]
     run_classification.write_predictions(tmp_path, examples, ["neg", "neg"])

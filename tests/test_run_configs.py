@@ -6,10 +6,18 @@ import logging
 
 import pytest
 from accelerate.commands.config.config_args import ClusterConfig
-from run_script_helpers import REPO, training_arguments, training_setup
+from run_script_helpers import REPO
 from transformers import AutoConfig, HfArgumentParser
 
 from modeling_slstm import SLSTMConfig
+from run_scripts.training import model_setup
+from run_scripts.training.arguments import (
+    DataArguments,
+    ModelArguments,
+    SLSTMTrainingArguments,
+    given_on_command_line,
+    parse_training_arguments,
+)
 
 PAPER = {
     "slstm-ner-crf.json": {"num_steps": 9, "use_crf": True},
@@ -27,9 +35,7 @@ PAPER_RECIPE = {
 
 @pytest.mark.parametrize("name", sorted(PAPER))
 def test_paper_configs(name):
-    config, recipe = training_setup.load_fresh_config(
-        training_arguments.ModelArguments(config_name=str(REPO / "hub_configs" / name))
-    )
+    config, recipe = model_setup.load_fresh_config(ModelArguments(config_name=str(REPO / "hub_configs" / name)))
     assert (config.hidden_size, config.window_size, config.num_sentence_nodes) == (300, 1, 1)
     assert config.embedding_dropout == 0.5
     for key, value in PAPER[name].items():
@@ -37,8 +43,8 @@ def test_paper_configs(name):
     assert not hasattr(config, "_comment")
     # The recipe ships with the config but is not part of the model's config (nor of a checkpoint's config.json).
     assert recipe == PAPER_RECIPE
-    assert not hasattr(config, training_setup.RECIPE_KEY)
-    assert training_setup.RECIPE_KEY not in config.to_json_string()
+    assert not hasattr(config, model_setup.RECIPE_KEY)
+    assert model_setup.RECIPE_KEY not in config.to_json_string()
 
 
 def test_recipe_key_does_not_break_config_loading(tmp_path):
@@ -51,8 +57,8 @@ def test_recipe_key_does_not_break_config_loading(tmp_path):
 
 
 def test_small_config_and_overrides():
-    config, recipe = training_setup.load_fresh_config(
-        training_arguments.ModelArguments(
+    config, recipe = model_setup.load_fresh_config(
+        ModelArguments(
             config_name=str(REPO / "hub_configs" / "slstm-ner-crf-small.json"),
             config_overrides="hidden_size=8,use_crf=false",
         )
@@ -60,7 +66,7 @@ def test_small_config_and_overrides():
     assert (config.hidden_size, config.embedding_dim, config.use_crf) == (8, 50, False)
     assert recipe == dict(PAPER_RECIPE, learning_rate=5e-3, lr_decay_per_epoch=0.9)  # the README demo's recipe
     with pytest.raises(ValueError, match="num_steps"):
-        training_setup.load_fresh_config(training_arguments.ModelArguments(config_overrides="num_steps=0"))
+        model_setup.load_fresh_config(ModelArguments(config_overrides="num_steps=0"))
 
 
 def test_accelerate_configs():
@@ -88,11 +94,9 @@ def resolve(tmp_path, config_name, *flags):
     argv = ["--train_file", "train.txt", "--output_dir", str(tmp_path), *flags]
     if config_name is not None:
         argv += ["--config_name", str(config_name)]
-    model_args, _, training_args, given = training_arguments.parse_training_arguments(
-        training_arguments.DataArguments, argv
-    )
-    config, recipe = training_setup.load_fresh_config(model_args)
-    applied = training_setup.apply_training_recipe(training_args, given, config, recipe, str(config_name))
+    model_args, _, training_args, given = parse_training_arguments(DataArguments, argv)
+    config, recipe = model_setup.load_fresh_config(model_args)
+    applied = model_setup.apply_training_recipe(training_args, given, config, recipe, str(config_name))
     return training_args, applied
 
 
@@ -138,7 +142,7 @@ def test_configs_without_recipe(tmp_path, caplog):
     caplog.set_level(logging.WARNING)
     # A baseline config without its own recipe trains with the paper's, as does the default SLSTMConfig.
     baseline = REPO / "hub_configs" / "baselines" / "bilstm1-ner-crf.json"
-    assert training_setup.RECIPE_KEY not in json.loads(baseline.read_text())
+    assert model_setup.RECIPE_KEY not in json.loads(baseline.read_text())
     training_args, applied = resolve(tmp_path, baseline)
     assert applied == PAPER_RECIPE and training_args.learning_rate == 1e-3
     assert "the paper" in recipe_lines(caplog)[0]
@@ -161,39 +165,39 @@ def test_bad_recipe_names_the_key(tmp_path):
 
 
 def test_given_arguments_are_detected_however_spelled(tmp_path):
-    parser = HfArgumentParser(training_arguments.SLSTMTrainingArguments)
-    given = training_arguments.given_on_command_line(
+    parser = HfArgumentParser(SLSTMTrainingArguments)
+    given = given_on_command_line(
         parser, ["--output_dir", "x", "--learning_r", "5e-5", "--no_remove_unused_columns", "--bf16"]
     )
     assert given == {"output_dir", "learning_rate", "remove_unused_columns", "bf16"}
     arguments = tmp_path / "arguments.json"
     arguments.write_text(json.dumps({"train_file": "t.txt", "output_dir": str(tmp_path), "learning_rate": 5e-5}))
-    *_, given = training_arguments.parse_training_arguments(training_arguments.DataArguments, [str(arguments)])
+    *_, given = parse_training_arguments(DataArguments, [str(arguments)])
     assert given == {"train_file", "output_dir", "learning_rate"}
 
 
 def test_defaults_for_ddp_and_the_hub(tmp_path):
-    _, _, training_args, _ = training_arguments.parse_training_arguments(
-        training_arguments.DataArguments, ["--train_file", "t.txt", "--output_dir", str(tmp_path)]
+    _, _, training_args, _ = parse_training_arguments(
+        DataArguments, ["--train_file", "t.txt", "--output_dir", str(tmp_path)]
     )
     assert training_args.ddp_find_unused_parameters is False and training_args.hub_strategy == "end"
 
 
 def test_config_name_with_model_name_or_path_is_an_error():
     with pytest.raises(ValueError, match=r"--model_name_or_path out/ner loads .*, so --config_name \(for a fresh"):
-        training_arguments.ModelArguments(model_name_or_path="out/ner", config_name="hub_configs/slstm-pos.json")
+        ModelArguments(model_name_or_path="out/ner", config_name="hub_configs/slstm-pos.json")
     with pytest.raises(ValueError, match=r"so --config_name and --config_overrides \(for a fresh model\)"):
-        training_arguments.ModelArguments(model_name_or_path="out", config_name="c.json", config_overrides="x=1")
+        ModelArguments(model_name_or_path="out", config_name="c.json", config_overrides="x=1")
 
 
 @pytest.mark.parametrize("native_bf16", [False, True])
 def test_bf16_on_a_cpu_without_native_bf16_warns(tmp_path, monkeypatch, caplog, native_bf16):
-    monkeypatch.setattr(training_setup.fast_linear, "cpu_has_fast_bf16", lambda: native_bf16)
-    _, _, training_args, _ = training_arguments.parse_training_arguments(
-        training_arguments.DataArguments,
+    monkeypatch.setattr(model_setup.fast_linear, "cpu_has_fast_bf16", lambda: native_bf16)
+    _, _, training_args, _ = parse_training_arguments(
+        DataArguments,
         ["--train_file", "t.txt", "--output_dir", str(tmp_path), "--use_cpu", "--bf16"],
     )
     with caplog.at_level(logging.WARNING):
-        training_setup.warn_if_bf16_is_slow(training_args)
+        model_setup.warn_if_bf16_is_slow(training_args)
     warned = [record.getMessage() for record in caplog.records if "without native bf16" in record.getMessage()]
     assert len(warned) == (0 if native_bf16 else 1)

@@ -17,7 +17,6 @@ import pytest
 from run_script_helpers import (
     REPO,
     SCRIPTS,
-    data_utils,
     free_port,
     read_json,
     run_args,
@@ -26,6 +25,8 @@ from run_script_helpers import (
     write_generated_ner,
 )
 from safetensors.torch import load_file
+
+from run_scripts.training import data
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +101,7 @@ def test_two_processes_match_one_process(tmp_path, launcher, use_crf):
     two_losses = [h["loss"] for h in read_json(double / "trainer_state.json")["log_history"] if "loss" in h]
     assert two_losses == pytest.approx(one_losses, rel=1e-4)
     assert (double / "predictions.txt").read_text() == (single / "predictions.txt").read_text()
-    assert len(data_utils.read_conll(double / "predictions.txt")) == 16
+    assert len(data.read_conll(double / "predictions.txt")) == 16
     assert_same_weights(single, double, atol=1e-4)
 
 
@@ -127,7 +128,7 @@ def run_ner_with(trainer_code: str, own_arguments: int = 0) -> str:
     """The source of a script that runs run_ner.py's main() with `InstrumentedTrainer`, a subclass of
     `run_ner.SLSTMTrainer` defined by `trainer_code`, in its place. The script's first `own_arguments` arguments are
     its own (`trainer_code` reads them from `sys.argv`), the rest run_ner.py's."""
-    harness = f"import sys\nsys.path.insert(0, {str(SCRIPTS)!r})\nimport run_ner\n"
+    harness = "import sys\nfrom run_scripts import run_ner\n"
     run = f'run_ner.SLSTMTrainer = InstrumentedTrainer\nsys.argv = ["run_ner.py", *sys.argv[{own_arguments + 1}:]]\n'
     return f"{harness}{trainer_code}\n{run}run_ner.main()\n"
 

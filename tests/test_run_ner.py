@@ -7,26 +7,27 @@ import torch
 from run_script_helpers import (
     GENERATED_NER_LABELS,
     assert_tag_scores_match,
-    data_utils,
     read_json,
     run_args,
     run_main,
     write_generated_ner,
 )
 
+from run_scripts.training import data
+
 
 def check_predictions(path, test_file, scheme_prefixes="BIO"):
-    predicted = data_utils.read_conll(path, label_column=2)
-    gold = data_utils.read_conll(path, label_column=1)
-    expected = data_utils.read_conll(test_file)
+    predicted = data.read_conll(path, label_column=2)
+    gold = data.read_conll(path, label_column=1)
+    expected = data.read_conll(test_file)
     assert [s["tokens"] for s in predicted] == [s["tokens"] for s in expected]
     assert [s["tags"] for s in gold] == [s["tags"] for s in expected]
     assert {tag[0] for s in predicted for tag in s["tags"]} <= set(scheme_prefixes)
 
 
 def rescore(path, *options) -> dict:
-    """The scores that run_scripts/rescore_predictions.py computes for a predictions file."""
-    import rescore_predictions
+    """The scores that run_scripts/utilities/rescore_predictions.py computes for a predictions file."""
+    from run_scripts.utilities import rescore_predictions
 
     return rescore_predictions.main(["--predictions_file", str(path), *options])
 
@@ -55,8 +56,7 @@ def test_generated_bioes_crf(tmp_path, monkeypatch):
         monkeypatch,
     )
     results = read_json(out / "all_results.json")
-    for key in ("eval_f1", "eval_precision", "eval_recall", "test_f1", "test_accuracy", "test_PER_f1"):
-        assert 0.0 <= results[key] <= 1.0, key
+    assert {"eval_f1", "eval_precision", "eval_recall", "test_PER_f1"} <= set(results)  # test_* checked below
     assert results["train_samples"] == 40 and results["test_samples"] == 12
     config = read_json(out / "config.json")
     # IOB2 labels for users and the pipeline; the head trains and decodes in BIOES
@@ -100,10 +100,10 @@ def test_conll2003_slice_with_glove(tmp_path, monkeypatch, shared_data):
         monkeypatch,
     )
     results = read_json(out / "all_results.json")
-    assert 0.0 <= results["test_f1"] <= 1.0 and 0.5 < results["test_accuracy"] <= 1.0
+    assert results["test_accuracy"] > 0.5  # 6 steps already tag most words O; the exact scores are checked below
     assert read_json(out / "config.json")["embedding_dim"] == 50
-    predicted = data_utils.read_conll(out / "predictions.txt", label_column=2)
-    assert [s["tokens"] for s in predicted] == [s["tokens"] for s in data_utils.read_conll(paths["test"])[:32]]
+    predicted = data.read_conll(out / "predictions.txt", label_column=2)
+    assert [s["tokens"] for s in predicted] == [s["tokens"] for s in data.read_conll(paths["test"])[:32]]
     # trained in BIOES, scored (default seqeval mode) and written in IOB2: the file's score is the reported one
     assert_tag_scores_match(out, paths["test"])
 
@@ -129,13 +129,13 @@ def test_conll2003_pos_slice_reports_accuracy(tmp_path, monkeypatch, shared_data
         monkeypatch,
     )
     results = read_json(out / "all_results.json")
-    assert 0.0 <= results["test_accuracy"] <= 1.0 and "test_f1" not in results
+    assert "test_f1" not in results  # the accuracy is checked against the predictions file below
     assert not read_json(out / "config.json")["use_crf"]
     # POS tags are written as they are, and the reported accuracy is the file's token accuracy
     scores = rescore(out / "test_predictions.txt")
     assert scores["accuracy"] == results["test_accuracy"] and "f1" not in scores
-    rows = data_utils.read_conll(out / "test_predictions.txt", label_column=1)
-    assert rows == data_utils.read_conll(paths["test"], label_column=1)[:40]
+    rows = data.read_conll(out / "test_predictions.txt", label_column=1)
+    assert rows == data.read_conll(paths["test"], label_column=1)[:40]
 
 
 @pytest.mark.slow
@@ -145,7 +145,7 @@ def test_json_input_and_continue_from_checkpoint(tmp_path, monkeypatch):
     for split, path in paths.items():
         json_paths[split] = tmp_path / f"{split}.jsonl"
         with json_paths[split].open("w") as file:
-            for sentence in data_utils.read_conll(path):
+            for sentence in data.read_conll(path):
                 file.write(json.dumps({"words": sentence["tokens"], "ner": sentence["tags"]}) + "\n")
     first = tmp_path / "first"
     run_main(
@@ -196,10 +196,11 @@ def test_span_metrics_score_the_written_iob2_form():
     test_predictions.txt holds (the entity decoded leniently), so seqeval on that file reproduces them; seqeval's
     strict IOBES mode on the raw BIOES tags (the previous scoring) finds no entity here and reports F1 0."""
     import numpy as np
-    import run_ner
     from seqeval.metrics import f1_score
     from seqeval.scheme import IOB2, IOBES
     from transformers import EvalPrediction
+
+    from run_scripts import run_ner
 
     labels = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
     ids = {label: index for index, label in enumerate(labels)}
@@ -238,7 +239,7 @@ def test_sentence_longer_than_limit_is_truncated(tmp_path, monkeypatch, caplog):
     out = tmp_path / "out"
     run_main("run_ner", run_args(out, dict(paths, test=long_test), max_seq_length=16, max_steps=2), monkeypatch)
     assert "longer than --max_seq_length 16" in caplog.text
-    predicted = data_utils.read_conll(out / "predictions.txt", label_column=2)
+    predicted = data.read_conll(out / "predictions.txt", label_column=2)
     assert [len(s["tokens"]) for s in predicted] == [60, 2]
     assert predicted[0]["tags"][14:] == ["O"] * 46  # words past the limit are predicted 'O'
     # ... and scored as missed: the test metrics are those of all 62 written words and 31 gold entities (scoring only
@@ -264,7 +265,7 @@ def test_dataset_name_with_class_label_features(tmp_path, monkeypatch):
     folder = tmp_path / "hub_like"
     folder.mkdir()
     for split, path in paths.items():
-        sentences = data_utils.read_conll(path)
+        sentences = data.read_conll(path)
         rows = {
             "id": [str(i) for i in range(len(sentences))],
             "tokens": [s["tokens"] for s in sentences],
@@ -288,8 +289,8 @@ def write_iob1_copies(paths: dict, directory) -> dict:
     iob1 = {}
     for split, path in paths.items():
         iob1[split] = directory / f"{split}.iob1"
-        sentences = data_utils.read_conll(path)
-        data_utils.write_conll(
+        sentences = data.read_conll(path)
+        data.write_conll(
             iob1[split],
             [
                 (s["tokens"], ["POS"] * len(s["tokens"]), convert_tag_sequence(s["tags"], "IOB2", "IOB1"))
@@ -340,9 +341,9 @@ def test_iob1_data_trains_in_iob2_and_predicts_iob1(tmp_path, monkeypatch):
     run_main("run_ner", run_args(out, iob1, label_column_name=2, max_steps=3), monkeypatch)
     config = read_json(out / "config.json")
     assert config["crf_constraints"] and set(config["label2id"]) == set(GENERATED_NER_LABELS)
-    predicted = data_utils.read_conll(out / "predictions.txt", label_column=2)
-    gold = data_utils.read_conll(out / "predictions.txt", label_column=1)
-    assert [s["tags"] for s in gold] == [s["tags"] for s in data_utils.read_conll(iob1["test"])]
+    predicted = data.read_conll(out / "predictions.txt", label_column=2)
+    gold = data.read_conll(out / "predictions.txt", label_column=1)
+    assert [s["tags"] for s in gold] == [s["tags"] for s in data.read_conll(iob1["test"])]
     for sentence in predicted:  # valid IOB1: re-encoding the decoded spans gives the same tags back
         tags = sentence["tags"]
         assert convert_tag_sequence(tags, "IOB1", "IOB1") == tags
@@ -409,7 +410,7 @@ def test_pretrained_vocab_and_lowercase_with_glove(tmp_path, monkeypatch, capsys
     tokenizer = AutoTokenizer.from_pretrained(out)
     vocabulary = tokenizer.get_vocab()
     fold = str.lower if lowercase else str
-    training_words = {fold(word) for sentence in data_utils.read_conll(paths["train"]) for word in sentence["tokens"]}
+    training_words = {fold(word) for sentence in data.read_conll(paths["train"]) for word in sentence["tokens"]}
     added = set(vocabulary) - training_words - set(SPECIAL_TOKENS)
     assert training_words <= set(vocabulary)
     expected_added = {"train": set(), "eval": {"London"}, "all": set(words) - training_words - set(SPECIAL_TOKENS)}
@@ -468,7 +469,7 @@ def test_character_features_from_the_training_characters(tmp_path, monkeypatch, 
 
 def record_training_columns(monkeypatch) -> list[str]:
     """The columns of the training dataset that run_ner.py's next in-process run gives its Trainer."""
-    import run_ner
+    from run_scripts import run_ner
 
     columns = []
 

@@ -14,10 +14,11 @@ import pytest
 import torch
 import yaml
 from huggingface_hub import CommitOperationAdd, HfApi, RepoUrl
-from run_script_helpers import run_args, run_main, slstm_trainer, write_generated_ner
+from run_script_helpers import run_args, run_main, write_generated_ner
 
 from baselines import BaselineEncoderConfig
 from modeling_slstm import SLSTMConfig
+from run_scripts.training.trainer import model_description, write_model_card
 
 REPO_ID = "someone/slstm-tiny-ner"
 
@@ -140,8 +141,8 @@ def test_push_to_hub_commit_and_fresh_load(tmp_path, monkeypatch):
 @pytest.mark.parametrize("baseline", [False, True])
 def test_model_card_names_the_model_and_how_its_code_loads(tmp_path, baseline):
     config = BaselineEncoderConfig(encoder_type="bilstm", num_layers=1) if baseline else SLSTMConfig()
-    info = {"task_description": "named entity recognition", **slstm_trainer.model_description(config)}
-    card = slstm_trainer.write_model_card(str(tmp_path), info, "someone/model").read_text()
+    info = {"task_description": "named entity recognition", **model_description(config)}
+    card = write_model_card(str(tmp_path), info, "someone/model").read_text()
     metadata = yaml.safe_load(card.split("---")[1])
     assert ("baseline" in metadata["tags"], "custom_code" in metadata["tags"]) == (baseline, not baseline)
     first_line = next(line for line in card.splitlines() if "trained for named entity recognition" in line)

@@ -1,4 +1,4 @@
-"""Token-budget batches (`--max_tokens_per_batch`, run_scripts/slstm_trainer.py's `TokenBudgetBatchSampler`): every
+"""Token-budget batches (`--max_tokens_per_batch`, run_scripts/training/trainer.py's `TokenBudgetBatchSampler`): every
 batch within the budget, every example exactly once per epoch, deterministic under the seed, the same number of
 batches every epoch, each of two processes its own whole batches, and an exact resume."""
 
@@ -10,7 +10,6 @@ import pytest
 from accelerate.data_loader import BatchSamplerShard
 from run_script_helpers import (
     SCRIPTS,
-    data_utils,
     free_port,
     read_json,
     run_args,
@@ -20,7 +19,9 @@ from run_script_helpers import (
     write_generated_ner,
 )
 from safetensors.torch import load_file
-from slstm_trainer import TokenBudgetBatchSampler
+
+from run_scripts.training import data
+from run_scripts.training.trainer import TokenBudgetBatchSampler
 
 BUDGET = 60
 
@@ -94,7 +95,7 @@ def test_budget_errors():
 
 def train_lengths(paths) -> list[int]:
     """The token lengths of the generated training sentences as run_ner.py counts them (`<s>` and `</s>` added)."""
-    return [len(sentence["tokens"]) + 2 for sentence in data_utils.read_conll(paths["train"])]
+    return [len(sentence["tokens"]) + 2 for sentence in data.read_conll(paths["train"])]
 
 
 def learning_rates_by_epoch(output_dir) -> dict[int, set[float]]:
@@ -153,8 +154,9 @@ def losses(state: dict) -> list[tuple[int, float]]:
 
 def record_optimizer_steps(monkeypatch) -> list[int]:
     """The global steps that run_ner.py's next in-process run does, in order (a callback on its Trainer)."""
-    import run_ner
     from transformers import TrainerCallback
+
+    from run_scripts import run_ner
 
     steps = []
 
@@ -194,7 +196,7 @@ def test_token_budget_with_two_processes_gradient_accumulation_and_resume(tmp_pa
     state = read_json(full / "trainer_state.json")
     assert state["global_step"] == 3 * steps_per_epoch
     assert learning_rates_by_epoch(full) == {0: {0.01}, 1: {0.005}, 2: {0.0025}}
-    assert len(data_utils.read_conll(full / "test_predictions.txt")) == 12
+    assert len(data.read_conll(full / "test_predictions.txt")) == 12
 
     run(resumed, resume_from_checkpoint=full / f"checkpoint-{checkpoint_step}", save_strategy="no")
     assert losses(read_json(resumed / "trainer_state.json")) == losses(state)

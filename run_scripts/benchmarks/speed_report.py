@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from speed_measurement import PAPER_SLSTM, REFERENCE_SLSTM, mode_label
+from run_scripts.benchmarks.speed_measurement import PAPER_SLSTM, REFERENCE_SLSTM, mode_label
 
 MACHINE_FIELDS = ["device", "device_name", "cpu_capability", "native_bf16", "threads", "torch", "matmul_backend"]
 FIELDS = MACHINE_FIELDS + [
@@ -110,7 +110,11 @@ def comparison_tables(rows: list[dict]) -> list[str]:
     lines = []
     versus_reference = reference_comparison(rows)
     if versus_reference:
-        lines += ["", f"**`{PAPER_SLSTM}` vs the plain `{REFERENCE_SLSTM}` (`run_scripts/reference_slstm.py`)**", ""]
+        lines += [
+            "",
+            f"**`{PAPER_SLSTM}` vs the plain `{REFERENCE_SLSTM}` (`run_scripts/benchmarks/reference_slstm.py`)**",
+            "",
+        ]
         header = ["variant", "mode", "batch×length", "package tokens/s", "reference tokens/s", "package / reference"]
         body = [
             [c["variant"], mode_label(c["mode"]), f"{c['batch']}×{c['length']}", f"{c['package_tokens_per_s']:,.0f}",

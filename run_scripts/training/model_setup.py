@@ -19,15 +19,10 @@ import transformers
 from transformers import AutoConfig, AutoTokenizer, PreTrainedConfig, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
+import baselines  # registers the baseline encoders with the Auto classes: their configs train here too
 from modeling_slstm import SLSTMConfig, fast_linear
 from modeling_slstm.pretrained_vectors import format_coverage, initialize_embeddings, load_word_vectors
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-if str(REPO_ROOT) not in sys.path:
-    sys.path.append(str(REPO_ROOT))  # `baselines/` lives beside `modeling_slstm/`: importable from a checkout too
-
-import baselines  # registers the baseline encoders with the Auto classes: their configs train here too
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from reference_slstm import ReferenceSLSTM
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
@@ -23,6 +22,7 @@ from baselines import BaselineEncoderConfig, BaselineModel
 from modeling_slstm import fast_linear
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from modeling_slstm.modeling_slstm import SLSTMModel
+from run_scripts.benchmarks.reference_slstm import ReferenceSLSTM
 
 VOCAB_SIZE = 10000
 PAPER_SLSTM = "slstm"

@@ -1,14 +1,19 @@
-"""Arguments shared by `run_ner.py` and `run_classification.py`, as `HfArgumentParser` dataclasses.
+"""Command-line arguments of every script, as `HfArgumentParser` dataclasses like transformers' example scripts.
 
-Each script adds its own data arguments to `DataArguments`; `parse_training_arguments` also reports which arguments
-the user set, so that a fresh model's training recipe (see `training_setup.apply_training_recipe`) never replaces them.
+- The training scripts (`run_ner.py`, `run_classification.py`): `ModelArguments`, `DataArguments` (each script adds
+  its own data arguments), `SLSTMTrainingArguments`; `parse_training_arguments` also reports which arguments the user
+  set, so that a fresh model's training recipe (see `model_setup.apply_training_recipe`) never replaces them.
+- The utilities and benchmarks: `parse_arguments` parses one dataclass of their own (help in
+  `field(metadata={"help": ...})`, choices checked in `__post_init__` with `check_choices`). HfArgumentParser registers
+  every field under its underscore name and, for names with underscores, the dash spelling too (`--dry_run` and
+  `--dry-run`).
 """
 
 import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -246,3 +251,34 @@ def given_on_command_line(parser: argparse.ArgumentParser, argv: Sequence[str]) 
     namespace = argparse.Namespace(**{action.dest: unset for action in parser._actions})
     parser.parse_known_args(list(argv), namespace=namespace)
     return {name for name, value in vars(namespace).items() if value is not unset}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """`--help` shows the module docstring as written and each option's default."""
+
+
+def check_choices(flag: str, values, choices: Iterable[str]):
+    """Raise a ValueError naming the flag when `values` (one string or a list of them) are not all in `choices`."""
+    choices = list(choices)
+    values = [values] if isinstance(values, str) else list(values)
+    unknown = [value for value in values if value not in choices]
+    if unknown:
+        raise ValueError(
+            f"--{flag}: {', '.join(map(repr, unknown))} is not a valid choice; choose from {', '.join(choices)}"
+        )
+
+
+def parse_arguments(dataclass_type, argv: Sequence[str] | None = None, description: str | None = None,
+                    allow_empty: Iterable[str] = ()):  # fmt: skip
+    """Parse `argv` (default: the command line) into one `dataclass_type` instance with HfArgumentParser.
+
+    HfArgumentParser gives list fields `nargs="+"`; the list fields named in `allow_empty` take `nargs="*"` instead,
+    so the flag may be given with no value (e.g. `--variants` alone: an empty list).
+    """
+    parser = HfArgumentParser(dataclass_type, description=description, formatter_class=HelpFormatter)
+    allow_empty = set(allow_empty)
+    for action in parser._actions:
+        if action.dest in allow_empty:
+            action.nargs = "*"
+    (arguments,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
+    return arguments

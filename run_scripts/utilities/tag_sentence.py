@@ -1,22 +1,18 @@
 #!/usr/bin/env python
 """Tags sentences with a saved S-LSTM token classifier through `pipeline("token-classification")`.
 
-    python run_scripts/tag_sentence.py --model_dir outputs/demo-wnut16 \\
+    python run_scripts/utilities/tag_sentence.py --model_dir outputs/demo-wnut16 \\
         --sentences "Going to see Taylor Swift in New York tonight" "Another sentence"
 
 The model loads with `trust_remote_code=True` from the code files saved next to it. Sentences are typed as a person
 writes them: the tokenizer splits words and punctuation the way CoNLL data is split (see `SLSTMTokenizer`).
 """
 
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from script_arguments import parse_arguments
+from run_scripts.training.arguments import parse_arguments
 
 
 @dataclass

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Draws the weighted-sum map of one sentence: how much of each word's content every final cell holds.
 
-    python run_scripts/plot_weighted_sum.py --model_dir outputs/sst-simplified \\
+    python run_scripts/utilities/plot_weighted_sum.py --model_dir outputs/sst-simplified \\
         --sentence "A gripping, funny film." --output weighted_sum.png
 
 The model (any S-LSTM checkpoint with its tokenizer, trained with `context_independent_content=True`) makes every
@@ -12,18 +12,14 @@ is weighted; the rows under the line are the sentence nodes' cells. Needs matplo
 "modeling-slstm[plots]"`).
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import AutoModel, AutoTokenizer, BatchEncoding
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from script_arguments import parse_arguments
-
 from modeling_slstm import weighted_sum_decomposition
+from run_scripts.training.arguments import parse_arguments
 
 
 @dataclass

@@ -2,17 +2,14 @@
 """Prints the per-epoch dev curve (and final results, if the run finished) of a run_ner/run_classification output
 folder, as a Markdown table: works on a run still in progress (reads its newest checkpoint's trainer_state.json).
 
-    python run_scripts/summarize_run.py --output_dir ../runs/conll_ner_chars [--metrics eval_f1 eval_accuracy]
+    python run_scripts/utilities/summarize_run.py --output_dir ../runs/conll_ner_chars [--metrics eval_f1 eval_accuracy]
 """
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from script_arguments import parse_arguments
+from run_scripts.training.arguments import parse_arguments
 
 
 @dataclass

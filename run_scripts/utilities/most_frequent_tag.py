@@ -2,22 +2,18 @@
 """The per-word most-frequent-tag baseline of a tagging corpus: each test word gets the tag it had most often in the
 training data, and a word never seen in training the most frequent tag overall. Prints token accuracy.
 
-    python run_scripts/most_frequent_tag.py --train_file ../shared/data/conll2003/pos/train.txt \\
+    python run_scripts/utilities/most_frequent_tag.py --train_file ../shared/data/conll2003/pos/train.txt \\
         --test_file ../shared/data/conll2003/pos/test.txt --max_train_samples 1000
 
 A tagger that does not beat this lookup has not learned from context. Files are CoNLL columns as `run_ner.py` reads
 them (token first, tag last); `--max_train_samples`/`--max_predict_samples` keep the first N sentences, as there.
 """
 
-import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import data_utils
-from script_arguments import parse_arguments
+from run_scripts.training import data
+from run_scripts.training.arguments import parse_arguments
 
 
 @dataclass
@@ -40,8 +36,8 @@ def most_frequent_tags(sentences: list[dict]) -> tuple[dict[str, str], str]:
 
 def main(argv=None) -> float:
     args = parse_arguments(BaselineArguments, argv, description=__doc__)
-    train = data_utils.read_conll(args.train_file)[: args.max_train_samples]
-    test = data_utils.read_conll(args.test_file)[: args.max_predict_samples]
+    train = data.read_conll(args.train_file)[: args.max_train_samples]
+    test = data.read_conll(args.test_file)[: args.max_predict_samples]
     lookup, fallback = most_frequent_tags(train)
     gold = [tag for sentence in test for tag in sentence["tags"]]
     predicted = [lookup.get(word, fallback) for sentence in test for word in sentence["tokens"]]

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The real runs of docs/results.md, one after the other, each resumable: rerunning a name continues from the newest
 # checkpoint in its output folder (--resume_from_checkpoint last), so a run may take several sittings.
-#   bash run_scripts/real_runs.sh conll_ner_chars movie_review_chars ...    # default: all, in the order below
-#   SEED=43 bash run_scripts/real_runs.sh conll_pos_chars    # another seed: outputs in <name>_seed43
+#   bash run_scripts/paper_runs.sh conll_ner_chars movie_review_chars ...    # default: all, in the order below
+#   SEED=43 bash run_scripts/paper_runs.sh conll_pos_chars    # another seed: outputs in <name>_seed43
 # Outputs and logs go outside the repository: RUNS_DIR (default ../runs). Data: SHARED_DATA (default ../shared/data).
 # Threads per run: OMP_NUM_THREADS (default 1, so that two runs can share two cores).
 set -uo pipefail
@@ -87,11 +87,11 @@ for run in ${@:-$ALL}; do
     OUTPUT_DIR="$RUNS_DIR/$name"
     # A finished run (its test metrics written) is not resumed: that would train it past its early stop.
     if [ -f "$OUTPUT_DIR/test_results.json" ]; then
-        echo "== $(date -u +%FT%TZ) $name already finished, skipped" | tee -a "$RUNS_DIR/real_runs.log"
+        echo "== $(date -u +%FT%TZ) $name already finished, skipped" | tee -a "$RUNS_DIR/paper_runs.log"
         continue
     fi
-    echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), $PRECISION)" | tee -a "$RUNS_DIR/real_runs.log"
+    echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), $PRECISION)" | tee -a "$RUNS_DIR/paper_runs.log"
     "$run" >> "$RUNS_DIR/$name.log" 2>&1
     status=$?  # read before the date substitution below resets $?
-    echo "== $(date -u +%FT%TZ) end $name (exit $status)" | tee -a "$RUNS_DIR/real_runs.log"
+    echo "== $(date -u +%FT%TZ) end $name (exit $status)" | tee -a "$RUNS_DIR/paper_runs.log"
 done

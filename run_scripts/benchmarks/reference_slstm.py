@@ -4,7 +4,7 @@ This is the implementation a researcher would write first from `docs/equations.m
 2018): every step, all gates of a word read one concatenation `[h_{i-1}; h_i; h_{i+1}; x_i; g]` through one
 `nn.Linear`, the five cell gates are normalised with a softmax, and the sentence node takes a masked softmax over its
 per-word forget gates. It does none of the package's work-saving (computing `U x_i` once, `V g` once per sentence,
-avoiding the window copy), which is exactly what `run_scripts/benchmark_speed.py` measures the package against.
+avoiding the window copy), which is exactly what `run_scripts/benchmarks/benchmark_speed.py` measures the package against.
 
 Scope: the paper's setting only (window 1, one sentence node, output gate, softmax of sigmoids). Positions where
 `attention_mask` is 0 hold zero state and are left out of the sentence node, so right or left padding does not change

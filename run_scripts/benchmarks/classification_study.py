@@ -15,8 +15,8 @@ script can be stopped and restarted at any time. After every run, and with `--co
 `classification_study.md` (the table) and `classification_study.png` (dev accuracy against steps, like the paper's
 Figure 2) into `--output_dir`.
 
-    OMP_NUM_THREADS=1 nohup python run_scripts/classification_study.py > ../runs/classification_study.log 2>&1 &
-    python run_scripts/classification_study.py --collect_only
+    OMP_NUM_THREADS=1 nohup python run_scripts/benchmarks/classification_study.py > ../runs/classification_study.log 2>&1 &
+    python run_scripts/benchmarks/classification_study.py --collect_only
 """
 
 import json
@@ -29,9 +29,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from script_arguments import check_choices, parse_arguments
+from run_scripts import REPOSITORY_ROOT
+from run_scripts.training.arguments import check_choices, parse_arguments
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY_ROOT
 CONFIG = ROOT / "hub_configs" / "slstm-classification.json"
 WORDS_ONLY = "use_char_features=false"
 STEPS = (1, 3, 5, 7, 9, 11)

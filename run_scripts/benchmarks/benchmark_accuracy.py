@@ -18,12 +18,12 @@ Suites:
 Examples:
 
     # see the commands without running anything
-    python run_scripts/benchmark_accuracy.py --suite main --dry-run
+    python run_scripts/benchmarks/benchmark_accuracy.py --suite main --dry-run
     # the ablations, one thread, in the background
-    OMP_NUM_THREADS=1 nohup python run_scripts/benchmark_accuracy.py --suite ablations --epochs 3 \\
+    OMP_NUM_THREADS=1 nohup python run_scripts/benchmarks/benchmark_accuracy.py --suite ablations --epochs 3 \\
         --runs-dir ../runs/accuracy > ../runs/accuracy/ablations.log 2>&1 &
     # collect whatever has finished into the report, without starting runs
-    python run_scripts/benchmark_accuracy.py --suite ablations --collect-only
+    python run_scripts/benchmarks/benchmark_accuracy.py --suite ablations --collect-only
 """
 
 import csv
@@ -34,13 +34,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from script_arguments import check_choices, parse_arguments
+from run_scripts import REPOSITORY_ROOT
+from run_scripts.training.arguments import check_choices, parse_arguments
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPOSITORY_ROOT
 CONFIGS = ROOT / "hub_configs"
 
 # The recipe itself (lr 1e-3 x0.97 per epoch, clipping 3, batches of 10 grouped by length) is each config's
-# `training_recipe`, which the training scripts apply to a fresh model, as in run_scripts/real_runs.sh. Unlike there,
+# `training_recipe`, which the training scripts apply to a fresh model, as in run_scripts/paper_runs.sh. Unlike there,
 # these runs add a decoupled weight decay of 1e-6: every table of docs/benchmarks.md's Accuracy section ran with it.
 RUN_FLAGS = [
     "--weight_decay", "1e-6", "--per_device_eval_batch_size", "64",
@@ -190,7 +191,7 @@ def write_report(rows: list[dict], args):
     lines = [
         f"# Accuracy benchmark: {args.suite}",
         "",
-        f"Embeddings `{args.embeddings}`, {args.epochs} epochs, the paper's recipe (see `run_scripts/benchmark_accuracy.py`)"
+        f"Embeddings `{args.embeddings}`, {args.epochs} epochs, the paper's recipe (see `run_scripts/benchmarks/benchmark_accuracy.py`)"
         + (f", first {args.max_train_samples} training examples" if args.max_train_samples else "")
         + ". Seconds per epoch are `train_runtime / epochs` of each run (they depend on the threads and the machine's "
         "load at the time). Rows not `done` have no result yet and are not extrapolated.",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Tokens per second of actual training on CoNLL-2003 NER, against the synthetic figure of `benchmark_speed.py`.
 
-    OMP_NUM_THREADS=1 python run_scripts/benchmark_training_throughput.py --threads 1 \\
+    OMP_NUM_THREADS=1 python run_scripts/benchmarks/benchmark_training_throughput.py --threads 1 \\
         --train_file ../shared/data/conll2003/ner/train.txt
 
 Each setup trains its own copy of the same fresh model (the NER config: S-LSTM-CRF trained in BIOES, character
@@ -27,7 +27,6 @@ import itertools
 import math
 import os
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,17 +35,13 @@ import torch
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import data_utils
-from script_arguments import parse_arguments
-from slstm_trainer import TokenBudgetBatchSampler
-from speed_measurement import machine_info
-
 from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification, fast_linear
 from modeling_slstm.tag_schemes import split_tag
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
+from run_scripts.benchmarks.speed_measurement import machine_info
+from run_scripts.training import data
+from run_scripts.training.arguments import parse_arguments
+from run_scripts.training.trainer import TokenBudgetBatchSampler
 
 
 @dataclass
@@ -75,8 +70,8 @@ class ThroughputArguments:
 
 def training_examples(path: str, tokenizer, label2id: dict) -> list[dict]:
     """Tokenised training sentences with BIOES-head labels (IOB2 ids), as `run_ner.py` prepares them."""
-    sentences = data_utils.read_conll(path)
-    encoded = data_utils.tokenize_and_align_labels(
+    sentences = data.read_conll(path)
+    encoded = data.tokenize_and_align_labels(
         {"tokens": [s["tokens"] for s in sentences], "tags": [s["tags"] for s in sentences]},
         tokenizer=tokenizer,
         label2id=label2id,
@@ -190,7 +185,7 @@ def main(argv=None) -> list[dict]:
     if not Path(args.train_file).is_file():
         raise FileNotFoundError(f"--train_file {args.train_file} does not exist")
     torch.set_num_threads(args.threads)
-    sentences = data_utils.read_conll(args.train_file)
+    sentences = data.read_conll(args.train_file)
     tokenizer = build_word_tokenizer([s["tokens"] for s in sentences])
     types = sorted({split_tag(tag)[1] for s in sentences for tag in s["tags"] if tag != "O"})
     labels = ["O"] + [f"{prefix}-{entity_type}" for entity_type in types for prefix in "BI"]

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Rescores test predictions with independent scorers and prints the numbers (as JSON).
 
-    python run_scripts/rescore_predictions.py --predictions_file docs/results/predictions/conll2003-ner-test.txt
-    python run_scripts/rescore_predictions.py --predictions_file out/ner/test_predictions.txt --mode strict
-    python run_scripts/rescore_predictions.py --predictions_file docs/results/predictions/movie_review-test.tsv
+    python run_scripts/utilities/rescore_predictions.py --predictions_file docs/results/predictions/conll2003-ner-test.txt
+    python run_scripts/utilities/rescore_predictions.py --predictions_file out/ner/test_predictions.txt --mode strict
+    python run_scripts/utilities/rescore_predictions.py --predictions_file docs/results/predictions/movie_review-test.tsv
 
 Token tagging (`token gold predicted` per line, tab- or space-separated, a blank line between sentences: the
 `test_predictions.txt` of run_ner.py): token accuracy and, when every tag is `O` or `<prefix>-<type>`, seqeval's
@@ -17,7 +17,6 @@ The files are read here, with no code of the training scripts or of the model, s
 """
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,9 +25,7 @@ from seqeval.metrics import precision_score, recall_score
 from seqeval.scheme import IOB2, IOBES
 from sklearn.metrics import accuracy_score, f1_score
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from script_arguments import check_choices, parse_arguments
+from run_scripts.training.arguments import check_choices, parse_arguments
 
 FORMATS = ("auto", "tagging", "classification")
 MODES = ("default", "strict")

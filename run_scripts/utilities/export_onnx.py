@@ -3,7 +3,7 @@
 the file against PyTorch in onnxruntime.
 
     pip install -e ".[onnx]"
-    python run_scripts/export_onnx.py --model_dir outputs/demo-wnut16 --output outputs/demo-wnut16.onnx
+    python run_scripts/utilities/export_onnx.py --model_dir outputs/demo-wnut16 --output outputs/demo-wnut16.onnx
 
 The export is `torch.onnx.export(..., dynamo=True)` with a dynamic batch size and sequence length (and word width for
 character features). The check runs the file on sentences of another batch size and length than the export's, with
@@ -15,7 +15,6 @@ with `return_tensors="np"`; outputs: `logits` for task models, `last_hidden_stat
 A CRF graph handles up to `modeling_slstm.crf.MAX_TRACED_LENGTH` tokens per sentence.
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,9 +28,7 @@ from transformers import (
     AutoTokenizer,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from script_arguments import parse_arguments
+from run_scripts.training.arguments import parse_arguments
 
 # Sentences to trace the export with, and different ones (more of them, other lengths) to check it on.
 EXPORT_SENTENCES = ["Just landed in New York.", "Heading to Madison Square Garden tonight with friends."]

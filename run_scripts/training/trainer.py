@@ -22,9 +22,11 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import seed_worker
 from transformers.training_args import OptimizerNames
 
+from run_scripts import REPOSITORY_ROOT
+
 logger = logging.getLogger(__name__)
 
-MODEL_CARD_TEMPLATE = Path(__file__).resolve().parent.parent / "hub_configs" / "model_card_template.md"
+MODEL_CARD_TEMPLATE = REPOSITORY_ROOT / "hub_configs" / "model_card_template.md"
 CARD_CONFIG_KEYS = (
     "model_type",
     "encoder_type",

@@ -16,16 +16,16 @@ override it).
 Examples:
 
     # paper S-LSTM vs the plain reference at 32x128, forward+backward, float32 and bf16 autocast, with the ceiling
-    python run_scripts/benchmark_speed.py --quick --threads 2
+    python run_scripts/benchmarks/benchmark_speed.py --quick --threads 2
 
     # the full CPU tables, plots and CSV in docs/benchmarks/ (about an hour)
-    OMP_NUM_THREADS=1 python run_scripts/benchmark_speed.py --threads 1
+    OMP_NUM_THREADS=1 python run_scripts/benchmarks/benchmark_speed.py --threads 1
 
     # the same on a GPU, written to docs/benchmarks/speed_cuda.*
-    python run_scripts/benchmark_speed.py --device cuda
+    python run_scripts/benchmarks/benchmark_speed.py --device cuda
 
     # merge earlier runs into one report, measuring nothing
-    python run_scripts/benchmark_speed.py --from_csv docs/benchmarks/speed_cpu_*.csv --name speed_cpu
+    python run_scripts/benchmarks/benchmark_speed.py --from_csv docs/benchmarks/speed_cpu_*.csv --name speed_cpu
 """
 
 import os
@@ -35,11 +35,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from script_arguments import check_choices, parse_arguments
-from speed_measurement import (
+from run_scripts import REPOSITORY_ROOT
+from run_scripts.benchmarks.speed_measurement import (
     MODELS,
     PAPER_SLSTM,
     REFERENCE_SLSTM,
@@ -54,7 +51,14 @@ from speed_measurement import (
     mode_label,
     skip_reason,
 )
-from speed_report import MACHINE_FIELDS, comparison_tables, machine_line, read_runs, write_report
+from run_scripts.benchmarks.speed_report import (
+    MACHINE_FIELDS,
+    comparison_tables,
+    machine_line,
+    read_runs,
+    write_report,
+)
+from run_scripts.training.arguments import check_choices, parse_arguments
 
 MODES = ("forward", "train")
 QUICK_SLSTM_VARIANTS = ("compile", "bf16+compile")
@@ -107,7 +111,7 @@ class SpeedArguments:
     )
     max_tokens: int | None = field(default=None, metadata={"help": "skip shapes with more tokens than this"})
     ceiling_size: int = field(default=2048, metadata={"help": "matrix size of the ceiling GEMM"})
-    output_dir: Path = field(default=Path(__file__).resolve().parents[1] / "docs" / "benchmarks")
+    output_dir: Path = field(default=REPOSITORY_ROOT / "docs" / "benchmarks")
     name: str | None = field(default=None, metadata={"help": "file name stem (default: speed_<device>[_quick])"})
     no_plots: bool = field(default=False, metadata={"help": "write no PNG plots"})
     from_csv: list[Path] | None = field(
@@ -204,7 +208,7 @@ def main(argv=None) -> list[dict]:
     if args.threads:
         torch.set_num_threads(args.threads)
     machine = machine_info(device)
-    command = ["python", "run_scripts/benchmark_speed.py", *(argv if argv is not None else sys.argv[1:])]
+    command = ["python", "run_scripts/benchmarks/benchmark_speed.py", *(argv if argv is not None else sys.argv[1:])]
     meta = {"command": " ".join(command), "machines": [machine], "load_before": load_average()}
     print(f"{machine_line(machine)}; load average {meta['load_before']}", flush=True)
 
