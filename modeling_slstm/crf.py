@@ -485,6 +485,18 @@ class ConditionalRandomField(nn.Module):
         nn.init.uniform_(self.start_transitions, -0.1, 0.1)
         nn.init.uniform_(self.end_transitions, -0.1, 0.1)
         nn.init.uniform_(self.transitions, -0.1, 0.1)
+        self._write_constraint_buffers()
+
+    def set_allowed_transitions(self, allowed_transitions: tuple | None) -> None:
+        """Replace the constraints (as `allowed_transitions` of `__init__`; `None` for none), e.g. when the labels of
+        a model change after it was built. The scores are kept."""
+        self.allowed_transitions = (
+            None if allowed_transitions is None else _constraint_lists(allowed_transitions, self.num_tags)
+        )
+        self._write_constraint_buffers()
+
+    @torch.no_grad()
+    def _write_constraint_buffers(self) -> None:
         # Without constraints a scalar True broadcasts over each buffer: every move is allowed.
         constraints = self.allowed_transitions or (True, True, True)
         for buffer, values in zip((self.start_allowed, self.end_allowed, self.transition_allowed), constraints):

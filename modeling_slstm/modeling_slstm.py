@@ -23,7 +23,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceCl
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_dim
 from .crf import IGNORE_TAG, ConditionalRandomField, values_are_cheap_to_check
 from .fast_linear import SLSTMConv1d, SLSTMLinear
-from .tag_schemes import BIOESLabelMap
+from .tag_schemes import BIOESLabelMap, allowed_transitions
 
 IGNORE_INDEX = IGNORE_TAG
 """Label of positions without a label (boundary tokens, padding, continuation sub-words), as in `nn.CrossEntropyLoss`
@@ -734,6 +734,28 @@ def iob2_label_scores(tag_scores: torch.Tensor, label_map: BIOESLabelMap, combin
     return torch.where(kept == closed, kept_scores, combine(kept_scores, closed_scores))
 
 
+def are_placeholders(labels: tuple[str, ...]) -> bool:
+    """Whether `labels` are the names a config gives labels it was not told (`LABEL_0`, `LABEL_1`, ...)."""
+    return labels == tuple(f"LABEL_{index}" for index in range(len(labels)))
+
+
+def head_tag_count(config: PreTrainedConfig) -> int:
+    """The outputs of a token classifier's head: `num_labels`, or with `head_tag_scheme="BIOES"` the number of BIOES
+    tags, which IOB2 labels (`O`, then `B-X` and `I-X` per type, each type gaining `E-X` and `S-X`) fix before their
+    names are known: `2 * num_labels - 1`."""
+    labels = tuple(config.id2label[index] for index in range(config.num_labels))
+    if config.head_tag_scheme != "BIOES":
+        return config.num_labels
+    if not are_placeholders(labels):
+        return len(BIOESLabelMap(labels).tags)  # checks the labels, naming what is missing
+    if config.num_labels % 2 == 0:
+        raise ValueError(
+            "A BIOES head needs IOB2 labels: O plus B-X and I-X for every entity type X, an odd number of labels; "
+            f"got num_labels={config.num_labels}"
+        )
+    return 2 * config.num_labels - 1
+
+
 def crf_inference_chain(
     input_ids: torch.LongTensor | None, attention_mask: torch.Tensor, config: PreTrainedConfig
 ) -> torch.Tensor:
@@ -784,14 +806,37 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
         self.num_labels = config.num_labels
         self.slstm = SLSTMModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
-        labels = [config.id2label[index] for index in range(config.num_labels)]
-        self.bioes = BIOESLabelMap(labels) if config.head_tag_scheme == "BIOES" else None
-        head_tags = labels if self.bioes is None else self.bioes.tags
-        self.classifier = SLSTMLinear(config.hidden_size, len(head_tags))
-        self.crf = None
-        if config.use_crf:
-            self.crf = ConditionalRandomField.from_labels(head_tags, use_constraints=config.crf_constraints)
+        self.uses_bioes = config.head_tag_scheme == "BIOES"
+        num_head_tags = head_tag_count(config)
+        self.classifier = SLSTMLinear(config.hidden_size, num_head_tags)
+        self.crf = ConditionalRandomField(num_head_tags) if config.use_crf else None
+        self.bioes = None
+        self.head_labels = None  # the labels that the BIOES map and the CRF constraints were built from
+        self.follow_labels()
         self.post_init()
+
+    def follow_labels(self) -> None:
+        """Builds the BIOES map (`self.bioes`) and the CRF's constraints from the labels the config holds now.
+
+        Called at construction and at the start of every `forward` (a no-op unless `config.id2label` changed): a model
+        built from `num_labels` alone, with the placeholder labels `LABEL_i`, whose labels are set afterwards (what
+        transformers' `run_ner.py` does with `--ignore_mismatched_sizes`), then trains, evaluates and saves with the
+        constraints of its real labels, i.e. as the model that reloads.
+        """
+        labels = tuple(self.config.id2label[index] for index in range(self.num_labels))
+        if labels == self.head_labels:
+            return
+        self.head_labels = labels
+        self.bioes = BIOESLabelMap(labels) if self.uses_bioes and not are_placeholders(labels) else None
+        if self.bioes is not None and len(self.bioes.tags) != self.classifier.out_features:
+            raise ValueError(
+                f"A BIOES head built for {self.classifier.out_features} tags cannot take the labels {list(labels)} "
+                f"({len(self.bioes.tags)} BIOES tags)"
+            )
+        head_tags = labels if self.bioes is None else self.bioes.tags
+        if self.crf is not None:
+            constrained = self.config.crf_constraints and (self.bioes is not None or not self.uses_bioes)
+            self.crf.set_allowed_transitions(allowed_transitions(head_tags) if constrained else None)
 
     @property
     def accepts_loss_kwargs(self) -> bool:
@@ -818,6 +863,12 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
             `logits` `(batch, seq, num_labels)` (see the class docstring), `loss` when `labels` are given.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        self.follow_labels()
+        if self.uses_bioes and self.bioes is None:
+            raise ValueError(
+                "A BIOES head needs IOB2 labels (O, B-X, I-X for every type X) in config.id2label, got the "
+                f"placeholders {list(self.head_labels)}: set config.id2label and config.label2id first"
+            )
         outputs = self.slstm(
             input_ids=input_ids,
             attention_mask=attention_mask,

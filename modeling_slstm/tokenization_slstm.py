@@ -48,6 +48,7 @@ from contextlib import contextmanager
 
 from tokenizers import Encoding, Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerFast
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from transformers.utils import PaddingStrategy
 
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig
@@ -122,7 +123,7 @@ def _check_words(words: Sequence[str], sentence_index: int) -> None:
             )
 
 
-def _check_sentences(sentences: Sequence, is_split_into_words: bool) -> None:
+def _check_sentences(sentences: Sequence, is_split_into_words: bool, allow_empty_text: bool = False) -> None:
     """Raises a clear `ValueError` for an empty sentence or an empty word, naming the sentence (its index in the
     batch), instead of letting the backend drop them silently.
 
@@ -131,8 +132,12 @@ def _check_sentences(sentences: Sequence, is_split_into_words: bool) -> None:
             A batch of raw texts (`str`) or, with `is_split_into_words`, of word lists.
         is_split_into_words (`bool`):
             Whether the sentences are word lists.
+        allow_empty_text (`bool`, *optional*, defaults to `False`):
+            Let an empty or whitespace-only raw text through (it encodes as `<s> </s>`, no words).
     """
     for index, sentence in enumerate(sentences):
+        if allow_empty_text and isinstance(sentence, str) and not sentence.strip():
+            continue
         if is_split_into_words:
             if isinstance(sentence, str):
                 raise ValueError(
@@ -248,7 +253,8 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
     with `return_tensors="pt"` and a batch, `char_ids` is a `(batch, seq, max_word_length)` tensor. Pre-split input
     (`is_split_into_words=True`) gives exactly one token per word; raw text is split as described in the module
     docstring, with offsets into the given text. An empty sentence or an empty word raises a `ValueError` naming the
-    sentence.
+    sentence, except that an empty raw text encodes as `<s> </s>` (no words) when offsets and the special-tokens mask
+    are asked for, as `pipeline("token-classification")` does: the pipeline then returns no entities for it.
 
     Args:
         char_vocabulary (`list[str]`):
@@ -357,9 +363,13 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         batched = _is_batch(text, is_split_into_words)
         texts = list(text) if batched else [text]
         pairs = text_pair if batched or text_pair is None else [text_pair]
-        _check_sentences(texts, is_split_into_words)
+        # A caller that maps tokens back to the text (offsets and the special-tokens mask, as
+        # `pipeline("token-classification")` asks for) gets no words for an empty text, as with other tokenizers,
+        # instead of an error that would fail a whole batch of texts.
+        aligns_to_text = bool(kwargs.get("return_offsets_mapping") and kwargs.get("return_special_tokens_mask"))
+        _check_sentences(texts, is_split_into_words, allow_empty_text=aligns_to_text)
         if isinstance(pairs, (list, tuple)):
-            _check_sentences(pairs, is_split_into_words)
+            _check_sentences(pairs, is_split_into_words, allow_empty_text=aligns_to_text)
 
         # Encoded as a batch, without tensors: the rows are completed below, then unbatched or converted.
         with self._words_kept_whole(is_split_into_words):
@@ -416,7 +426,7 @@ def build_word_tokenizer(
     min_frequency: int = 1,
     extra_vocabulary: Iterable[str] | None = None,
     lowercase: bool = False,
-    model_max_length: int = 512,
+    model_max_length: int = VERY_LARGE_INTEGER,
     max_word_length: int = DEFAULT_MAX_WORD_LENGTH,
     min_char_frequency: int = 1,
 ) -> SLSTMTokenizer:
@@ -439,8 +449,10 @@ def build_word_tokenizer(
         lowercase (`bool`, *optional*, defaults to `False`):
             Whether to lower-case all text, when building the vocabulary and when encoding. The characters keep
             their case.
-        model_max_length (`int`, *optional*, defaults to 512):
-            Maximum number of tokens, `<s>` and `</s>` included, used when truncating.
+        model_max_length (`int`, *optional*, defaults to `VERY_LARGE_INTEGER`, no limit):
+            Maximum number of tokens, `<s>` and `</s>` included, used when truncating. The S-LSTM has no length
+            limit (its cost grows linearly with length), so by default nothing is truncated, in `pipeline(...)`
+            either; the training scripts cut their examples with their own `--max_seq_length`.
         max_word_length (`int`, *optional*, defaults to 20):
             Characters kept per word in `char_ids` (longer words keep their first `max_word_length` characters).
         min_char_frequency (`int`, *optional*, defaults to 1):

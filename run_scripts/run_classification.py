@@ -133,9 +133,9 @@ def main():
             label_list,
             train_words,
             eval_words,
-            model_max_length=data_args.max_seq_length or 512,
         )
-    max_length = data_args.max_seq_length or tokenizer.model_max_length
+    max_length = data_args.max_seq_length
+    logger.info(f"Examples are cut at --max_seq_length {max_length} tokens (<s> and </s> included)")
     logger.warning(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in raw.items()} }")
 
     # Preprocessing: every label known to the model, words to token ids.

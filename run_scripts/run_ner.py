@@ -233,9 +233,9 @@ def main():
             label_list,
             train_words,
             eval_words,
-            model_max_length=data_args.max_seq_length or 512,
         )
-    max_length = data_args.max_seq_length or tokenizer.model_max_length
+    max_length = data_args.max_seq_length
+    logger.info(f"Examples are cut at --max_seq_length {max_length} tokens (<s> and </s> included)")
     logger.warning(
         f"Task: {'span tagging' if span_task else 'tagging (accuracy)'}; data scheme {data_scheme}, training scheme "
         f"{train_scheme}; {len(label_list)} labels ({label_scheme}): {label_list}"

@@ -100,11 +100,12 @@ class DataArguments:
         default=None, metadata={"help": "Text/tokens column of json/csv/parquet data."}
     )
     label_column_name: str | None = field(default=None, metadata={"help": "Label column of json/csv/parquet data."})
-    max_seq_length: int | None = field(
-        default=None,
+    max_seq_length: int = field(
+        default=512,
         metadata={
-            "help": "Maximum tokens per example, <s> and </s> included (default: the tokenizer's model_max_length, "
-            "512). Longer examples are truncated with a warning."
+            "help": "Maximum tokens per training, validation and test example, <s> and </s> included; longer examples "
+            "are truncated with a warning. Only the scripts cut: the saved tokenizer has no length limit (nor has "
+            "the S-LSTM), so pipeline(...) tags long texts whole."
         },
     )
     include_eval_labels: bool = field(
