@@ -20,20 +20,22 @@ from transformers import initialization as init
 from transformers.loss.loss_utils import fixed_cross_entropy
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
+from modeling_slstm.cpu_matmul import SLSTMLinear
 from modeling_slstm.crf import ConditionalRandomField
-from modeling_slstm.fast_linear import SLSTMLinear
 from modeling_slstm.modeling_slstm import (
     IGNORE_INDEX,
     SLSTMEmbeddings,
     SLSTMPooler,
+    are_placeholders,
     bioes_gold_tags,
     check_values_in_range,
     crf_inference_chain,
+    head_tag_count,
     iob2_label_scores,
     masked_mean,
     real_token_mask,
 )
-from modeling_slstm.tag_schemes import BIOESLabelMap
+from modeling_slstm.tag_schemes import BIOESLabelMap, allowed_transitions
 
 from .configuration_baselines import BaselineEncoderConfig
 
@@ -290,7 +292,7 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
         self.classifier = SLSTMLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    # Copied from modeling_slstm.modeling_slstm.SLSTMForSequenceClassification.forward (tests/test_baselines.py
+    # Copied from modeling_slstm.modeling_slstm.SLSTMForSequenceClassification.forward (tests/model/test_baselines.py
     # checks that the two stay identical)
     def forward(
         self,
@@ -354,20 +356,44 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
         self.num_labels = config.num_labels
         self.slstm = BaselineModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
-        labels = [config.id2label[index] for index in range(config.num_labels)]
-        self.bioes = BIOESLabelMap(labels) if config.head_tag_scheme == "BIOES" else None
-        head_tags = labels if self.bioes is None else self.bioes.tags
-        self.classifier = SLSTMLinear(config.hidden_size, len(head_tags))
-        self.crf = None
-        if config.use_crf:
-            self.crf = ConditionalRandomField.from_labels(head_tags, use_constraints=config.crf_constraints)
+        self.uses_bioes = config.head_tag_scheme == "BIOES"
+        num_head_tags = head_tag_count(config)
+        self.classifier = SLSTMLinear(config.hidden_size, num_head_tags)
+        self.crf = ConditionalRandomField(num_head_tags) if config.use_crf else None
+        self.bioes = None
+        self.head_labels = None  # the labels that the BIOES map and the CRF constraints were built from
+        self.follow_labels()
         self.post_init()
+
+    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.follow_labels
+    def follow_labels(self) -> None:
+        """Builds the BIOES map (`self.bioes`) and the CRF's constraints from the labels the config holds now.
+
+        Called at construction and at the start of every `forward` (a no-op unless `config.id2label` changed): a model
+        built from `num_labels` alone, with the placeholder labels `LABEL_i`, whose labels are set afterwards (what
+        transformers' `run_ner.py` does with `--ignore_mismatched_sizes`), then trains, evaluates and saves with the
+        constraints of its real labels, i.e. as the model that reloads.
+        """
+        labels = tuple(self.config.id2label[index] for index in range(self.num_labels))
+        if labels == self.head_labels:
+            return
+        self.head_labels = labels
+        self.bioes = BIOESLabelMap(labels) if self.uses_bioes and not are_placeholders(labels) else None
+        if self.bioes is not None and len(self.bioes.tags) != self.classifier.out_features:
+            raise ValueError(
+                f"A BIOES head built for {self.classifier.out_features} tags cannot take the labels {list(labels)} "
+                f"({len(self.bioes.tags)} BIOES tags)"
+            )
+        head_tags = labels if self.bioes is None else self.bioes.tags
+        if self.crf is not None:
+            constrained = self.config.crf_constraints and (self.bioes is not None or not self.uses_bioes)
+            self.crf.set_allowed_transitions(allowed_transitions(head_tags) if constrained else None)
 
     @property
     def accepts_loss_kwargs(self) -> bool:
         return not self.config.use_crf
 
-    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.forward (tests/test_baselines.py checks
+    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.forward (tests/model/test_baselines.py checks
     # that the two stay identical)
     def forward(
         self,
@@ -390,6 +416,12 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
             `logits` `(batch, seq, num_labels)` (see the class docstring), `loss` when `labels` are given.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
+        self.follow_labels()
+        if self.uses_bioes and self.bioes is None:
+            raise ValueError(
+                "A BIOES head needs IOB2 labels (O, B-X, I-X for every type X) in config.id2label, got the "
+                f"placeholders {list(self.head_labels)}: set config.id2label and config.label2id first"
+            )
         outputs = self.slstm(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -21,8 +21,8 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_dim
+from .cpu_matmul import SLSTMConv1d, SLSTMLinear
 from .crf import IGNORE_TAG, ConditionalRandomField, values_are_cheap_to_check
-from .fast_linear import SLSTMConv1d, SLSTMLinear
 from .tag_schemes import BIOESLabelMap, allowed_transitions
 
 IGNORE_INDEX = IGNORE_TAG

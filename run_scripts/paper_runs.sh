@@ -30,7 +30,7 @@ COMMON=(--num_train_epochs 30 --early_stopping_patience 3 --per_device_eval_batc
 # bf16 autocast only where the CPU has native bf16 (1.75x float32 there; see docs/benchmarks.md), by the rule the
 # model itself uses. A run may change machines between sittings: each sitting decides for itself.
 PRECISION=float32
-if python -c "import sys; from modeling_slstm.fast_linear import cpu_has_fast_bf16; sys.exit(not cpu_has_fast_bf16())"
+if python -c "import sys; from modeling_slstm.cpu_matmul import cpu_has_fast_bf16; sys.exit(not cpu_has_fast_bf16())"
 then
     COMMON+=(--use_cpu --bf16)
     PRECISION=bf16

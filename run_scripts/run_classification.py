@@ -136,7 +136,7 @@ def main():
         )
     max_length = data_args.max_seq_length
     logger.info(f"Examples are cut at --max_seq_length {max_length} tokens (<s> and </s> included)")
-    logger.warning(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in raw.items()} }")
+    logger.info(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in raw.items()} }")
 
     # Preprocessing: every label known to the model, words to token ids.
     check_splits = dict(raw)
@@ -231,7 +231,7 @@ def write_predictions(output_dir: Path, test_examples: list[dict], predicted_lab
         file.write("gold\tpredicted\ttext\n")
         for example, predicted in rows:
             file.write(f"{example['label']}\t{predicted}\t{one_line(example['text'])}\n")
-    logger.warning(f"Wrote {output_dir / TEST_PREDICTIONS_FILE} and {output_dir / 'predictions.txt'}")
+    logger.info(f"Wrote {output_dir / TEST_PREDICTIONS_FILE} and {output_dir / 'predictions.txt'}")
 
 
 def one_line(text: str) -> str:

@@ -236,7 +236,7 @@ def main():
         )
     max_length = data_args.max_seq_length
     logger.info(f"Examples are cut at --max_seq_length {max_length} tokens (<s> and </s> included)")
-    logger.warning(
+    logger.info(
         f"Task: {'span tagging' if span_task else 'tagging (accuracy)'}; data scheme {data_scheme}, training scheme "
         f"{train_scheme}; {len(label_list)} labels ({label_scheme}): {label_list}"
     )
@@ -416,7 +416,7 @@ def write_predictions(output_dir: Path, sentences: list[tuple], test_examples: l
         for (tokens, _, predicted), example in zip(sentences, test_examples, strict=True)
     ]
     data.write_conll(output_dir / "predictions.txt", in_data_scheme)
-    logger.warning(
+    logger.info(
         f"Wrote {output_dir / TEST_PREDICTIONS_FILE} (token, gold, predicted; "
         f"{'IOB2 tags' if label_scheme else 'tags as in the data'}, the scored form) and "
         f"{output_dir / 'predictions.txt'} (tags in the data's scheme {data_scheme})"

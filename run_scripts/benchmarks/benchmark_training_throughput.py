@@ -35,12 +35,12 @@ import torch
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification, fast_linear
+from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification, cpu_matmul
 from modeling_slstm.tag_schemes import split_tag
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 from run_scripts.benchmarks.speed_measurement import machine_info
 from run_scripts.training import data
-from run_scripts.training.arguments import parse_arguments
+from run_scripts.training.arguments import DataArguments, parse_arguments
 from run_scripts.training.trainer import TokenBudgetBatchSampler
 
 
@@ -59,7 +59,7 @@ class ThroughputArguments:
         metadata={
             "help": "also train paper batches with the input gradient by PyTorch's matmul (`grad @ weight`, MKL), the "
             "step's path for small batches until oneDNN read the transposed weight as a view: an A/B of "
-            "`fast_linear._input_gradient`"
+            "`cpu_matmul._input_gradient`"
         },
     )
     rounds: int = field(default=8, metadata={"help": "timed rounds (each: one synthetic batch's tokens per setup)"})
@@ -75,7 +75,7 @@ def training_examples(path: str, tokenizer, label2id: dict) -> list[dict]:
         {"tokens": [s["tokens"] for s in sentences], "tags": [s["tags"] for s in sentences]},
         tokenizer=tokenizer,
         label2id=label2id,
-        max_length=tokenizer.model_max_length,
+        max_length=DataArguments.max_seq_length,  # the training scripts' default
     )
     return [dict(zip(encoded.keys(), values)) for values in zip(*encoded.values())]
 
@@ -127,15 +127,15 @@ def trainer_optimizer(model) -> torch.optim.Optimizer:
 
 def input_gradient_by_pytorch_matmul(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The input gradient by PyTorch's own matmul, as the step computed it for small batches before
-    `fast_linear._input_gradient` read the weight's transpose by oneDNN."""
+    `cpu_matmul._input_gradient` read the weight's transpose by oneDNN."""
     return grad @ weight
 
 
 class Setup:
     """One way of batching, with its own model and optimizer; `step()` trains on its next batch and times it, with
-    `input_gradient` (default: the package's) as `fast_linear._input_gradient`."""
+    `input_gradient` (default: the package's) as `cpu_matmul._input_gradient`."""
 
-    def __init__(self, name: str, model, batches, input_gradient=fast_linear._input_gradient):
+    def __init__(self, name: str, model, batches, input_gradient=cpu_matmul._input_gradient):
         self.name = name
         self.model = model
         self.input_gradient = input_gradient
@@ -151,7 +151,7 @@ class Setup:
 
     def step(self, timed: bool) -> int:
         """One optimizer step on the next batch; returns its real tokens."""
-        fast_linear._input_gradient = self.input_gradient
+        cpu_matmul._input_gradient = self.input_gradient
         start = time.perf_counter()
         batch, collate_seconds = next(self.batches)
         loss = self.model(**batch).loss
@@ -208,13 +208,13 @@ def main(argv=None) -> list[dict]:
             Setup(f"{name} {shape[0]}x{shape[1]}", model, repeated(synthetic_batch(args, model.config, shape)))
         )
     tokens_per_round = math.prod(args.synthetic_shape)
-    package_input_gradient = fast_linear._input_gradient
+    package_input_gradient = cpu_matmul._input_gradient
     try:
         for round_index in range(args.warmup_rounds + args.rounds):
             for setup in setups:
                 setup.train_round(tokens_per_round, timed=round_index >= args.warmup_rounds)
     finally:
-        fast_linear._input_gradient = package_input_gradient
+        cpu_matmul._input_gradient = package_input_gradient
 
     info = machine_info(torch.device("cpu"))
     print(

@@ -131,7 +131,7 @@ def command(args: StudyArguments, point: StudyPoint, seed: int) -> list[str]:
 
 def precision_flags() -> list[str]:
     """bf16 autocast where the CPU has native bf16 (by the rule the model itself uses), float32 elsewhere."""
-    from modeling_slstm.fast_linear import cpu_has_fast_bf16
+    from modeling_slstm.cpu_matmul import cpu_has_fast_bf16
 
     return ["--use_cpu", "--bf16"] if cpu_has_fast_bf16() else []
 

@@ -19,7 +19,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 from baselines import BaselineEncoderConfig, BaselineModel
-from modeling_slstm import fast_linear
+from modeling_slstm import cpu_matmul
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from modeling_slstm.modeling_slstm import SLSTMModel
 from run_scripts.benchmarks.reference_slstm import ReferenceSLSTM
@@ -140,9 +140,9 @@ def step_flops(config, batch: int, length: int, mode: str) -> float:
 
 
 def machine_info(device: torch.device) -> dict:
-    """What a reader needs to compare runs across machines. Calls `fast_linear.selected_backend()`, which decides the
+    """What a reader needs to compare runs across machines. Calls `cpu_matmul.selected_backend()`, which decides the
     S-LSTM's float32 CPU matmul backend once per process, so that the decision is not part of a timed call."""
-    info = fast_linear.cpu_info()
+    info = cpu_matmul.cpu_info()
     cpu = info.get("model name", "")
     if "cpu family" in info:  # virtual machines may name every EPYC generation "AMD EPYC": the family tells them apart
         cpu += f" (family {info['cpu family']}, model {info.get('model', '?')})"
@@ -151,11 +151,11 @@ def machine_info(device: torch.device) -> dict:
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu,
         "cpu": cpu,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "native_bf16": fast_linear.cpu_has_fast_bf16(),
+        "native_bf16": cpu_matmul.cpu_has_fast_bf16(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "matmul_backend": fast_linear.selected_backend(),
-        "matmul_backend_requested": os.environ.get(fast_linear.MATMUL_BACKEND_ENV, "auto"),
+        "matmul_backend": cpu_matmul.selected_backend(),
+        "matmul_backend_requested": os.environ.get(cpu_matmul.MATMUL_BACKEND_ENV, "auto"),
     }
 
 
@@ -257,7 +257,7 @@ def matmul_time_share(fn: Callable) -> float:
 
 def gemm_backends(device: torch.device, dtype: torch.dtype) -> list[str]:
     """The matmul backends worth timing: PyTorch's default (`torch.mm`: MKL on CPU, cuBLAS on GPU) and, for float32 on
-    CPU, oneDNN: the two that `fast_linear.selected_backend()` chooses between."""
+    CPU, oneDNN: the two that `cpu_matmul.selected_backend()` chooses between."""
     onednn = device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
     return ["default", "onednn"] if onednn else ["default"]
 
@@ -266,9 +266,7 @@ def ceiling_gemm_dtypes(device: torch.device, autocast_dtypes) -> list[torch.dty
     """float32, and each autocast dtype where its GEMM can beat float32's: on a GPU, or bf16 on a CPU with native bf16
     (elsewhere a 2048³ bf16 GEMM takes tens of seconds and would not be the ceiling anyway)."""
     fast = [
-        d
-        for d in autocast_dtypes
-        if device.type == "cuda" or (d == torch.bfloat16 and fast_linear.cpu_has_fast_bf16())
+        d for d in autocast_dtypes if device.type == "cuda" or (d == torch.bfloat16 and cpu_matmul.cpu_has_fast_bf16())
     ]
     return [torch.float32] + sorted(set(fast) - {torch.float32}, key=str)
 

@@ -10,6 +10,7 @@
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -234,7 +235,8 @@ def parse_training_arguments(data_arguments_class, argv: Sequence[str] | None = 
     Several processes (`accelerate launch`, `torchrun`) on a machine without GPUs get `--use_cpu` added: without it
     `TrainingArguments` leaves each process alone (world size 1) instead of joining them over gloo.
     """
-    parser = HfArgumentParser((ModelArguments, data_arguments_class, SLSTMTrainingArguments))
+    dataclass_types = (ModelArguments, data_arguments_class, SLSTMTrainingArguments)
+    parser = HfArgumentParser(dataclass_types)
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
         path = Path(os.path.abspath(argv[0]))
@@ -242,15 +244,18 @@ def parse_training_arguments(data_arguments_class, argv: Sequence[str] | None = 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available() and "--use_cpu" not in argv:
         argv.append("--use_cpu")
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
-    return model_args, data_args, training_args, given_on_command_line(parser, argv)
+    return model_args, data_args, training_args, given_on_command_line(dataclass_types, argv)
 
 
-def given_on_command_line(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+def given_on_command_line(dataclass_types: tuple, argv: Sequence[str]) -> set[str]:
     """Names of the arguments that `argv` sets, whatever their value (`--learning_rate 5e-5` counts although it is
-    the default). Abbreviations and `--no_<flag>` spellings resolve as argparse resolves them."""
+    the default): a second parse of `argv` in which every field defaults to a marker. Abbreviations and
+    `--no_<flag>` spellings resolve as argparse resolves them."""
     unset = object()
-    namespace = argparse.Namespace(**{action.dest: unset for action in parser._actions})
-    parser.parse_known_args(list(argv), namespace=namespace)
+    parser = HfArgumentParser(dataclass_types)
+    names = [field.name for dataclass_type in dataclass_types for field in dataclasses.fields(dataclass_type)]
+    parser.set_defaults(**dict.fromkeys(names, unset))
+    namespace, _ = parser.parse_known_args(list(argv))
     return {name for name, value in vars(namespace).items() if value is not unset}
 
 

@@ -23,7 +23,7 @@ from transformers.trainer import OPTIMIZER_NAME, SCHEDULER_NAME, TRAINER_STATE_N
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 import baselines  # registers the baseline encoders with the Auto classes: their configs train here too
-from modeling_slstm import SLSTMConfig, fast_linear
+from modeling_slstm import SLSTMConfig, cpu_matmul
 from modeling_slstm.pretrained_vectors import format_coverage, initialize_embeddings, load_word_vectors
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 
@@ -52,14 +52,18 @@ def setup_logging(training_args: TrainingArguments, logger_names: tuple[str, ...
         datefmt="%H:%M:%S",
         handlers=[logging.StreamHandler(sys.stdout)],
     )
+    if training_args.should_log:
+        # As transformers' example scripts: progress at INFO on the main process (TrainingArguments' default log level,
+        # "passive", would otherwise keep the library's WARNING); the other processes keep log_level_replica.
+        transformers.utils.logging.set_verbosity_info()
     log_level = training_args.get_process_log_level()
-    for name in (__name__, "slstm_trainer", "data_utils", *logger_names):
+    for name in ("run_scripts", *logger_names):  # every module of run_scripts, then the entry point's own
         logging.getLogger(name).setLevel(log_level)
     datasets.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
-    logger.warning(
+    logger.info(
         f"Process rank {training_args.process_index}, device {training_args.device}, world size "
         f"{training_args.world_size}, distributed {training_args.parallel_mode.value}"
     )
@@ -69,7 +73,7 @@ def setup_logging(training_args: TrainingArguments, logger_names: tuple[str, ...
 def warn_if_bf16_is_slow(training_args: TrainingArguments) -> None:
     """`--bf16` on a CPU without native bf16 (where autocast made matmuls 18-20x slower): the S-LSTM layers keep their
     matmuls in float32 there, but say so, and that training without `--bf16` is the better choice."""
-    if training_args.bf16 and training_args.device.type == "cpu" and not fast_linear.cpu_has_fast_bf16():
+    if training_args.bf16 and training_args.device.type == "cpu" and not cpu_matmul.cpu_has_fast_bf16():
         logger.warning(
             "--bf16 on a CPU without native bf16 (torch.backends.cpu.get_cpu_capability() = "
             f"{torch.backends.cpu.get_cpu_capability()}): bf16 autocast is many times slower than float32 here. The "
@@ -195,7 +199,7 @@ def apply_training_recipe(
     message = f"Model built from a config, trained with the recipe of {source}: applied {format_arguments(applied) or 'nothing'}"
     if kept:
         message += f"; kept from the command line: {format_arguments(kept)}"
-    logger.warning(message)
+    logger.info(message)
     return applied
 
 
@@ -239,7 +243,7 @@ def build_fresh_model(
     if model_args.embeddings:
         words, vectors = load_word_vectors(model_args.embeddings, max_vectors=model_args.max_vectors)
         if config.embedding_dim != vectors.shape[1]:
-            logger.warning(
+            logger.info(
                 f"Setting embedding_dim to {vectors.shape[1]}, the dimension of {model_args.embeddings} "
                 f"(the config had {config.embedding_dim})"
             )
@@ -263,11 +267,11 @@ def build_fresh_model(
     if words is not None:
         report = initialize_embeddings(model.get_input_embeddings(), tokenizer.get_vocab(), words, vectors)
         message = f"{model_args.embeddings}: {format_coverage(report)}"
-        logger.warning(message)
+        logger.info(message)
         print(message, flush=True)
     n_parameters = sum(p.numel() for p in model.parameters())
     characters = f", {config.char_vocab_size:,} character ids" if uses_char_features(config) else ""
-    logger.warning(
+    logger.info(
         f"Fresh {type(model).__name__}: {n_parameters:,} parameters, vocabulary {len(tokenizer):,}{characters}"
     )
     return tokenizer, model

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, Sampler
-from transformers import EarlyStoppingCallback, Trainer
+from transformers import EarlyStoppingCallback, Trainer, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import seed_worker
 from transformers.training_args import OptimizerNames
@@ -105,9 +105,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self.seed = seed
         self.num_processes = num_processes
         self.epoch = 0
-        self.batch_sizes = self._cut(sorted(self.lengths))
+        self.batch_sizes = self.cut_into_batches(sorted(self.lengths))
 
-    def _cut(self, sorted_lengths: list[int]) -> list[int]:
+    def cut_into_batches(self, sorted_lengths: list[int]) -> list[int]:
         """The sizes of the consecutive batches of the sorted lengths: greedy within the budget, then the largest
         halved until their number divides by `num_processes`."""
         sizes, size = [], 0
@@ -145,6 +145,24 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
             yield batches[index]
 
 
+class SamplerEpochCallback(TrainerCallback):
+    """Gives the trainer's epoch-seeded sampler (length-grouped or token-budget) its epoch before each epoch's batches
+    are drawn: the Trainer's own `set_epoch` calls do not reach it through the wrappers of a resumed multi-process
+    run (`SkipBatchSampler(BatchSamplerShard(...))`). The epoch is the whole part of `state.epoch`, which a resumed
+    run restores from its checkpoint.
+
+    Args:
+        trainer ([`SLSTMTrainer`]): whose `epoch_seeded_sampler` to set.
+    """
+
+    def __init__(self, trainer: "SLSTMTrainer"):
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        if self.trainer.epoch_seeded_sampler is not None:
+            self.trainer.epoch_seeded_sampler.set_epoch(int(state.epoch or 0))
+
+
 class SLSTMTrainer(Trainer):
     """`Trainer` with the paper's per-epoch exponential LR decay (`--lr_decay_per_epoch`), token-budget batches
     (`--max_tokens_per_batch`), early stopping (`--early_stopping_patience`) and the S-LSTM model card.
@@ -166,6 +184,7 @@ class SLSTMTrainer(Trainer):
         super().__init__(*args, **kwargs)
         if getattr(self.args, "early_stopping_patience", None):
             self.add_callback(EarlyStoppingCallback(self.args.early_stopping_patience))
+        self.add_callback(SamplerEpochCallback(self))
         self.model_card = model_card or {}
         self.reported_metrics = {}
         self.epoch_seeded_sampler = None  # the training (batch) sampler whose order depends on the epoch
@@ -193,15 +212,6 @@ class SLSTMTrainer(Trainer):
     def data_seed(self) -> int:
         return self.args.data_seed if self.args.data_seed is not None else self.args.seed
 
-    def _get_train_sampler(self, train_dataset=None):
-        sampler = super()._get_train_sampler(train_dataset)
-        if isinstance(sampler, LengthGroupedSampler):
-            sampler = EpochSeededLengthGroupedSampler(
-                sampler.batch_size, lengths=sampler.lengths, seed=self.data_seed()
-            )
-            self.epoch_seeded_sampler = sampler
-        return sampler
-
     def get_train_dataloader(self) -> DataLoader:
         """With `--max_tokens_per_batch`: batches of a token budget from `TokenBudgetBatchSampler` (in place of
         `--per_device_train_batch_size` and `--train_sampling_strategy`); otherwise the Trainer's."""
@@ -217,7 +227,7 @@ class SLSTMTrainer(Trainer):
             lengths = [len(ids) for ids in self.train_dataset["input_ids"]]
         sampler = TokenBudgetBatchSampler(lengths, budget, seed=self.data_seed(), num_processes=self.args.world_size)
         self.epoch_seeded_sampler = sampler
-        logger.warning(
+        logger.info(
             f"Token-budget batches: at most {budget} padded tokens per batch and process, {len(sampler)} batches per "
             f"epoch over all processes ({len(lengths) / len(sampler):.1f} examples on average); "
             "--per_device_train_batch_size and --train_sampling_strategy are not used"
@@ -233,20 +243,6 @@ class SLSTMTrainer(Trainer):
             worker_init_fn=partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index),
         )
         return self.accelerator.prepare(loader)
-
-    def _run_epoch(self, *args, epoch: int, **kwargs):
-        """Gives the epoch to the epoch-seeded sampler first: the Trainer's own `set_epoch` calls do not reach it
-        through the wrappers of a resumed multi-process run (`SkipBatchSampler(BatchSamplerShard(...))`)."""
-        if self.epoch_seeded_sampler is not None:
-            self.epoch_seeded_sampler.set_epoch(epoch)
-        return super()._run_epoch(*args, epoch=epoch, **kwargs)
-
-    def _get_eval_sampler(self, eval_dataset):
-        """Evaluation and prediction keep the dataset's order even with `--train_sampling_strategy group_by_length`
-        (which `transformers` also applies to evaluation, shuffling it): predictions.txt must line up with the data."""
-        if eval_dataset is None or not hasattr(eval_dataset, "__len__"):
-            return None
-        return torch.utils.data.SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         decay = getattr(self.args, "lr_decay_per_epoch", None)
@@ -300,6 +296,29 @@ class SLSTMTrainer(Trainer):
         )
         info.update(model_description(config))
         write_model_card(self.args.output_dir, info, repo_id)
+
+    # Private `Trainer` methods and attributes, all in this section: transformers has no public hook for what they do.
+    # tests/scripts/test_private_trainer_hooks.py fails loudly when transformers changes any of them.
+    # - `_get_train_sampler`: the length-grouped sampler, made resumable (`EpochSeededLengthGroupedSampler`);
+    # - `_get_eval_sampler`: evaluation in the data's order;
+    # - `_remove_unused_columns` (called in `get_train_dataloader`): the Trainer's column filter, for our own loader;
+    # - `_created_lr_scheduler` (set in `create_scheduler`): lets the Trainer rebuild our scheduler on a new `train()`.
+
+    def _get_train_sampler(self, train_dataset=None):
+        sampler = super()._get_train_sampler(train_dataset)
+        if isinstance(sampler, LengthGroupedSampler):
+            sampler = EpochSeededLengthGroupedSampler(
+                sampler.batch_size, lengths=sampler.lengths, seed=self.data_seed()
+            )
+            self.epoch_seeded_sampler = sampler
+        return sampler
+
+    def _get_eval_sampler(self, eval_dataset):
+        """Evaluation and prediction keep the dataset's order even with `--train_sampling_strategy group_by_length`
+        (which `transformers` also applies to evaluation, shuffling it): predictions.txt must line up with the data."""
+        if eval_dataset is None or not hasattr(eval_dataset, "__len__"):
+            return None
+        return torch.utils.data.SequentialSampler(eval_dataset) if self.args.world_size <= 1 else None
 
     def end(self):
         """Releases the distributed model wrapper, waits for every process, then ends the run (destroys the process

@@ -1,5 +1,10 @@
-"""`SLSTMLinear`: the `nn.Linear` of every S-LSTM layer, with the CPU matmul path chosen for the machine it runs on;
-`SLSTMConv1d`: the character CNN's `nn.Conv1d`, kept out of slow CPU bf16 likewise.
+"""CPU matmul backends of the S-LSTM layers. `SLSTMLinear`: the `nn.Linear` of every S-LSTM layer, with the CPU matmul
+path chosen for the machine it runs on; `SLSTMConv1d`: the character CNN's `nn.Conv1d`, kept out of slow CPU bf16
+likewise.
+
+The oneDNN path calls a private PyTorch op; a probe at the first matmul checks that it exists and computes what
+`torch.nn.functional.linear` does (`onednn_matmul_problem`), and otherwise the layers fall back to
+`torch.nn.functional.linear` with one warning.
 
 Hand-written because no library does this per machine: PyTorch sends float32 `F.linear` on the CPU to MKL, which
 on AMD CPUs runs the S-LSTM step's products slower than oneDNN (about half its speed with AVX-512; with AVX2 only,
@@ -120,7 +125,7 @@ def _backend_for_this_cpu() -> str:
     A rule rather than a timing at start-up: on the AVX2 EPYC the two backends are within timing noise at small
     batches, so a timing would pick either from one process to the next and change results by float summation order.
     """
-    has_onednn_linear = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    has_onednn_linear = torch.backends.mkldnn.is_available()
     is_amd = cpu_info().get("vendor_id") == "AuthenticAMD"
     amd_with_avx = is_amd and torch.backends.cpu.get_cpu_capability().startswith("AVX")
     return "onednn" if has_onednn_linear and amd_with_avx else "default"
@@ -141,12 +146,41 @@ def set_matmul_backend(backend: str | None) -> None:
     _decide_backend.cache_clear()
 
 
+def onednn_matmul_problem() -> str | None:
+    """Why the private oneDNN op cannot serve here (it is missing, raises, or computes another product than
+    `torch.nn.functional.linear` on a small probe, both directions of the layer's matmuls), or `None` when it can.
+
+    The op is private to PyTorch and ships inside every saved checkpoint's code, so a future PyTorch that removes or
+    changes it must cost speed, never a model that runs: the layers then use `torch.nn.functional.linear`.
+    """
+    inputs = torch.linspace(-1.0, 1.0, 6).view(2, 3)  # (rows, in)
+    weight = torch.linspace(-2.0, 2.0, 12).view(4, 3)  # (out, in)
+    grad = torch.linspace(0.5, -0.5, 8).view(2, 4)  # (rows, out)
+    try:
+        forward = _onednn_matmul_impl(inputs, weight)
+        backward = _onednn_matmul_impl(grad, weight.t())  # the input gradient reads the weight's transpose as a view
+    except Exception as error:  # noqa: BLE001 (a private op: whatever it raises, it cannot be used)
+        return f"torch.ops.mkldnn._linear_pointwise failed ({type(error).__name__}: {error})"
+    expected = (nn.functional.linear(inputs, weight), grad @ weight)
+    if not all(torch.allclose(got, want, atol=1e-5) for got, want in zip((forward, backward), expected)):
+        return "torch.ops.mkldnn._linear_pointwise computed a different product than torch.nn.functional.linear"
+    return None
+
+
 @cache
 def _decide_backend() -> str:
     requested = _backend_override or os.environ.get(MATMUL_BACKEND_ENV, "auto")
     if requested not in MATMUL_BACKENDS:
         raise ValueError(f"{MATMUL_BACKEND_ENV} must be one of {MATMUL_BACKENDS}, got {requested!r}")
     backend = _backend_for_this_cpu() if requested == "auto" else requested
+    problem = onednn_matmul_problem() if backend == "onednn" else None
+    if problem:
+        logger.warning(
+            "S-LSTM float32 CPU matmuls fall back to torch.nn.functional.linear: %s. The model's outputs are the same; "
+            "only the oneDNN speed-up is lost.",
+            problem,
+        )
+        backend = "default"
     logger.debug(
         "S-LSTM float32 CPU matmuls: %s (requested %s; CPU capability %s, vendor %s)",
         backend,
@@ -163,7 +197,8 @@ def _decide_backend() -> str:
 @torch.compiler.assume_constant_result
 def selected_backend() -> str:
     """The float32 CPU matmul backend in use: "onednn" or "default". Decided once per process (logged at debug
-    level) from `set_matmul_backend`, else the `SLSTM_MATMUL_BACKEND` environment variable, else the CPU rule."""
+    level) from `set_matmul_backend`, else the `SLSTM_MATMUL_BACKEND` environment variable, else the CPU rule;
+    "default", with one warning, where the oneDNN op fails its probe (`onednn_matmul_problem`)."""
     return _decide_backend()
 
 

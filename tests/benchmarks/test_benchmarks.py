@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from modeling_slstm import fast_linear, modeling_slstm
+from modeling_slstm import cpu_matmul, modeling_slstm
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from run_scripts.benchmarks import benchmark_accuracy, benchmark_speed, reference_slstm, speed_measurement
 
@@ -47,7 +47,7 @@ def test_speed_benchmark_tiny(tmp_path):
     assert all(float(r["tokens_per_s"]) > 0 and float(r["peak_mem_mb"]) > 0 for r in table)
     assert all(0 < float(r["matmul_time_share"]) < 1 for r in table if r["model"].startswith("slstm"))
     # The machine is in every row, the report and the metadata.
-    capability, backend = torch.backends.cpu.get_cpu_capability(), fast_linear.selected_backend()
+    capability, backend = torch.backends.cpu.get_cpu_capability(), cpu_matmul.selected_backend()
     assert {(r["cpu_capability"], r["matmul_backend"], r["threads"]) for r in table} == {
         (capability, backend, str(torch.get_num_threads()))
     }
@@ -96,7 +96,7 @@ def test_matmul_time_share_tells_products_from_elementwise_work():
     # oneDNN or PyTorch's matmul, whichever the backend rule picks, on products large enough to outweigh the rest of
     # the call (the sum, its backward, copies). Seen with oneDNN: 0.55-0.71 on a loaded 2-core machine, and 0.0 with
     # the oneDNN operator left out of MATMUL_OPERATORS.
-    linear, rows = fast_linear.SLSTMLinear(1024, 1024), torch.randn(512, 1024)
+    linear, rows = cpu_matmul.SLSTMLinear(1024, 1024), torch.randn(512, 1024)
     assert speed_measurement.matmul_time_share(lambda: linear(rows).sum().backward()) > 0.3
 
 
@@ -159,14 +159,14 @@ def test_onednn_step_matches_default_matmuls():
     results = []
     try:
         for backend in ("onednn", "default"):
-            fast_linear.set_matmul_backend(backend)
-            assert fast_linear.selected_backend() == backend
+            cpu_matmul.set_matmul_backend(backend)
+            assert cpu_matmul.selected_backend() == backend
             model.zero_grad()
             outputs = model(input_ids, attention_mask=mask)
             (outputs.last_hidden_state.pow(2).sum() + outputs.pooler_output.sum()).backward()
             results.append((outputs.last_hidden_state, [p.grad.clone() for p in model.parameters()]))
     finally:
-        fast_linear.set_matmul_backend(None)
+        cpu_matmul.set_matmul_backend(None)
     torch.testing.assert_close(results[0][0], results[1][0], atol=1e-5, rtol=1e-5)
     for with_onednn, default in zip(results[0][1], results[1][1]):
         torch.testing.assert_close(with_onednn, default, atol=1e-5, rtol=1e-4)
@@ -175,7 +175,7 @@ def test_onednn_step_matches_default_matmuls():
 def test_training_throughput_benchmark_tiny(tmp_path, capsys):
     """benchmark_training_throughput.py on a generated CoNLL file: one row per setup, with consistent rates and
     shares."""
-    from run_script_helpers import write_generated_ner
+    from script_helpers import write_generated_ner
 
     from run_scripts.benchmarks import benchmark_training_throughput as benchmark
 
@@ -187,7 +187,7 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
     assert names[:3] == ["paper batches", "token budget 40", "paper batches, PyTorch matmul"]
     assert names[3].startswith("synthetic, paper-batch shape 10x") and names[4] == "synthetic 2x8"
     assert rows[3]["padding_share"] == 0
-    assert fast_linear._input_gradient is not benchmark.input_gradient_by_pytorch_matmul  # put back
+    assert cpu_matmul._input_gradient is not benchmark.input_gradient_by_pytorch_matmul  # put back
     for row in rows:
         assert row["real_tokens_per_second"] > 0 and 0 <= row["padding_share"] < 1 and 0 <= row["collator_share"] < 1
         assert row["padded_tokens_per_second"] >= row["real_tokens_per_second"]
@@ -200,14 +200,14 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
 @pytest.mark.parametrize("rows", [3, 40])  # fewer and more rows than the weight's 20: both input-gradient paths
 def test_onednn_linear_gradients_match_pytorch(rows):
     torch.manual_seed(0)
-    layer = fast_linear.SLSTMLinear(7, 20)
+    layer = cpu_matmul.SLSTMLinear(7, 20)
     inputs = torch.randn(rows, 7, requires_grad=True)
-    fast_linear.set_matmul_backend("onednn")
+    cpu_matmul.set_matmul_backend("onednn")
     try:
         output = layer(inputs)
         output.pow(2).sum().backward()
     finally:
-        fast_linear.set_matmul_backend(None)
+        cpu_matmul.set_matmul_backend(None)
     reference_inputs = inputs.detach().clone().requires_grad_()
     reference_weight = layer.weight.detach().clone().requires_grad_()
     reference = torch.nn.functional.linear(reference_inputs, reference_weight, layer.bias.detach())

@@ -20,9 +20,9 @@ from helpers import (
 )
 from torch import nn
 
-from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel, fast_linear
+from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel, cpu_matmul
+from modeling_slstm.cpu_matmul import SLSTMConv1d, SLSTMLinear
 from modeling_slstm.crf import ConditionalRandomField
-from modeling_slstm.fast_linear import SLSTMConv1d, SLSTMLinear
 from modeling_slstm.modeling_slstm import SLSTMInitialStates
 from modeling_slstm.tag_schemes import allowed_transitions
 
@@ -255,20 +255,20 @@ def test_checkpointing_test_detects_a_recompute_with_fresh_dropout_masks():
     ],
 )
 def test_fast_bf16_needs_bf16_instructions_and_onednn(monkeypatch, flags, onednn_bf16, fast):
-    monkeypatch.setattr(fast_linear, "cpu_flags", lambda: frozenset(flags.split()))
+    monkeypatch.setattr(cpu_matmul, "cpu_flags", lambda: frozenset(flags.split()))
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn_bf16)
-    fast_linear._cpu_has_fast_bf16.cache_clear()
+    cpu_matmul._cpu_has_fast_bf16.cache_clear()
     try:
-        assert fast_linear._cpu_has_fast_bf16() is fast
+        assert cpu_matmul._cpu_has_fast_bf16() is fast
     finally:
-        fast_linear._cpu_has_fast_bf16.cache_clear()
+        cpu_matmul._cpu_has_fast_bf16.cache_clear()
 
 
 @pytest.fixture
 def bf16_fast_path(request, monkeypatch):
     """Pretend the CPU has (True) or lacks (False) a fast bf16 matmul path, so that both code paths of `SLSTMLinear`
     under bf16 autocast run on any machine."""
-    monkeypatch.setattr(fast_linear, "cpu_has_fast_bf16", lambda: request.param)
+    monkeypatch.setattr(cpu_matmul, "cpu_has_fast_bf16", lambda: request.param)
     return request.param
 
 
@@ -341,7 +341,7 @@ def test_bf16_autocast_matmul_dtype_follows_the_cpu(bf16_fast_path):
 
 def test_bf16_autocast_matmul_dtype_on_this_cpu():
     model = build(SLSTMModel, config_of("encoder"))
-    expected = torch.bfloat16 if fast_linear.cpu_has_fast_bf16() else torch.float32
+    expected = torch.bfloat16 if cpu_matmul.cpu_has_fast_bf16() else torch.float32
     assert linear_output_dtypes(model, batch()) == {expected}
 
 
@@ -351,8 +351,8 @@ def float32_warnings(caplog) -> list[logging.LogRecord]:
 
 @pytest.mark.parametrize("bf16_fast_path", [False, True], indirect=True, ids=["float32_matmuls", "bf16_matmuls"])
 def test_float32_fallback_is_warned_once(bf16_fast_path, caplog):
-    fast_linear._warn_float32_under_bf16_autocast.cache_clear()  # as in a fresh process
-    caplog.set_level(logging.WARNING, logger=fast_linear.logger.name)
+    cpu_matmul._warn_float32_under_bf16_autocast.cache_clear()  # as in a fresh process
+    caplog.set_level(logging.WARNING, logger=cpu_matmul.logger.name)
     model = build(SLSTMForTokenClassification, config_of("crf_tagger"))
     inputs = batch()
     run(model, inputs)  # float32: never warned
@@ -364,12 +364,12 @@ def test_float32_fallback_is_warned_once(bf16_fast_path, caplog):
 
 
 def test_float32_fallback_warning_on_this_cpu(caplog):
-    fast_linear._warn_float32_under_bf16_autocast.cache_clear()
-    caplog.set_level(logging.WARNING, logger=fast_linear.logger.name)
+    cpu_matmul._warn_float32_under_bf16_autocast.cache_clear()
+    caplog.set_level(logging.WARNING, logger=cpu_matmul.logger.name)
     model = build(SLSTMModel, config_of("encoder"))
     for _ in range(2):
         bf16_loss_and_output(model, batch())
-    assert len(float32_warnings(caplog)) == (0 if fast_linear.cpu_has_fast_bf16() else 1)
+    assert len(float32_warnings(caplog)) == (0 if cpu_matmul.cpu_has_fast_bf16() else 1)
 
 
 # torch.compile
@@ -415,7 +415,7 @@ def test_compiled_task_model_gradients_through_aot_autograd(kind):
     """`torch.compile(model)` as users call it, through AOTAutograd as with inductor: outputs, loss and gradients
     equal eager's.
 
-    Failed (wrong gradients) while `fast_linear.selected_backend` broke the graph: the overlapping `unfold` view of
+    Failed (wrong gradients) while `cpu_matmul.selected_backend` broke the graph: the overlapping `unfold` view of
     `neighbourhood` then crossed a graph break, which AOTAutograd (torch 2.13) differentiates wrongly."""
     model = build(KINDS[kind][0], config_of(kind, num_steps=2))
     assert_compiled_matches_eager(model, torch.compile(model, backend="aot_eager"))

@@ -11,7 +11,7 @@ second class for the CRF token classifier (`use_crf=True`), following the layout
 Those test modules are not part of the installed wheel: point `TRANSFORMERS_TESTS_DIR` at the `tests/` folder of the
 transformers source (the sdist, matching the installed version, or a git checkout) and run
 
-    TRANSFORMERS_TESTS_DIR=/path/to/transformers-5.23.0/tests python -m pytest -q tests/test_transformers_common.py
+    TRANSFORMERS_TESTS_DIR=/path/to/transformers-5.23.0/tests python -m pytest -q tests/model/test_transformers_common.py
 
 Without that folder, or without `parameterized` (which those modules import; transformers' "testing" extra), the
 whole module is skipped.

@@ -10,7 +10,7 @@ from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
 from torch.ao.quantization import quantize_dynamic
 
-from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel, fast_linear
+from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel, cpu_matmul
 from modeling_slstm.crf import MAX_TRACED_LENGTH
 
 peft = pytest.importorskip("peft", reason="peft is not installed")
@@ -46,8 +46,8 @@ def test_dynamic_quantization_after_swapping_in_the_plain_torch_modules():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.ao.quantization points to torchao
         assert not any(type(m) is DynamicQuantizedLinear for m in quantize_dynamic(model, {nn.Linear}).modules())
-        fast_linear.as_plain_torch_modules(model)
-        assert {type(m) for m in model.modules()}.isdisjoint({fast_linear.SLSTMLinear, fast_linear.SLSTMConv1d})
+        cpu_matmul.as_plain_torch_modules(model)
+        assert {type(m) for m in model.modules()}.isdisjoint({cpu_matmul.SLSTMLinear, cpu_matmul.SLSTMConv1d})
         assert all(torch.equal(tensor, state[name]) for name, tensor in model.state_dict().items())
         with torch.no_grad():
             torch.testing.assert_close(model(**inputs).logits, expected)  # the same model, PyTorch's kernels

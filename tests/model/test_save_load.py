@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 
-CODE_FILES = {"configuration_slstm.py", "modeling_slstm.py", "fast_linear.py", "crf.py", "tag_schemes.py"}
+CODE_FILES = {"configuration_slstm.py", "modeling_slstm.py", "cpu_matmul.py", "crf.py", "tag_schemes.py"}
 AUTO_MAP = {
     "AutoConfig": "configuration_slstm.SLSTMConfig",
     "AutoModel": "modeling_slstm.SLSTMModel",

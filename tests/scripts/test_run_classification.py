@@ -1,7 +1,7 @@
 """run_scripts/run_classification.py end to end on generated files and on slices of the shared data."""
 
 import pytest
-from run_script_helpers import assert_classification_scores_match, read_json, run_args, run_main
+from script_helpers import assert_classification_scores_match, read_json, run_args, run_main
 
 from run_scripts.training import data
 

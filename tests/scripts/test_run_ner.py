@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from run_script_helpers import (
+from script_helpers import (
     GENERATED_NER_LABELS,
     assert_tag_scores_match,
     read_json,

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 from accelerate.commands.config.config_args import ClusterConfig
-from run_script_helpers import REPO
-from transformers import AutoConfig, HfArgumentParser
+from script_helpers import REPO
+from transformers import AutoConfig
 
 from modeling_slstm import SLSTMConfig
 from run_scripts.training import model_setup
@@ -105,7 +105,7 @@ def recipe_lines(caplog) -> list[str]:
 
 
 def test_fresh_model_gets_the_configs_recipe_and_logs_one_line(tmp_path, caplog):
-    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.INFO)
     config_name = REPO / "hub_configs" / "slstm-pos.json"
     training_args, applied = resolve(tmp_path, config_name)
     assert applied == PAPER_RECIPE
@@ -119,7 +119,7 @@ def test_fresh_model_gets_the_configs_recipe_and_logs_one_line(tmp_path, caplog)
 
 
 def test_command_line_wins_even_when_it_gives_the_default(tmp_path, caplog):
-    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.INFO)
     # 5e-5 and 1.0 are the Trainer's defaults: given explicitly, they must still win over the recipe.
     training_args, applied = resolve(
         tmp_path,
@@ -139,7 +139,7 @@ def test_command_line_wins_even_when_it_gives_the_default(tmp_path, caplog):
 
 
 def test_configs_without_recipe(tmp_path, caplog):
-    caplog.set_level(logging.WARNING)
+    caplog.set_level(logging.INFO)
     # A baseline config without its own recipe trains with the paper's, as does the default SLSTMConfig.
     baseline = REPO / "hub_configs" / "baselines" / "bilstm1-ner-crf.json"
     assert model_setup.RECIPE_KEY not in json.loads(baseline.read_text())
@@ -165,9 +165,9 @@ def test_bad_recipe_names_the_key(tmp_path):
 
 
 def test_given_arguments_are_detected_however_spelled(tmp_path):
-    parser = HfArgumentParser(SLSTMTrainingArguments)
     given = given_on_command_line(
-        parser, ["--output_dir", "x", "--learning_r", "5e-5", "--no_remove_unused_columns", "--bf16"]
+        (SLSTMTrainingArguments,),
+        ["--output_dir", "x", "--learning_r", "5e-5", "--no_remove_unused_columns", "--bf16"],
     )
     assert given == {"output_dir", "learning_rate", "remove_unused_columns", "bf16"}
     arguments = tmp_path / "arguments.json"
@@ -192,7 +192,7 @@ def test_config_name_with_model_name_or_path_is_an_error():
 
 @pytest.mark.parametrize("native_bf16", [False, True])
 def test_bf16_on_a_cpu_without_native_bf16_warns(tmp_path, monkeypatch, caplog, native_bf16):
-    monkeypatch.setattr(model_setup.fast_linear, "cpu_has_fast_bf16", lambda: native_bf16)
+    monkeypatch.setattr(model_setup.cpu_matmul, "cpu_has_fast_bf16", lambda: native_bf16)
     _, _, training_args, _ = parse_training_arguments(
         DataArguments,
         ["--train_file", "t.txt", "--output_dir", str(tmp_path), "--use_cpu", "--bf16"],

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 from accelerate.data_loader import BatchSamplerShard
-from run_script_helpers import (
+from safetensors.torch import load_file
+from script_helpers import (
     SCRIPTS,
     free_port,
     read_json,
@@ -18,7 +19,6 @@ from run_script_helpers import (
     torchrun,
     write_generated_ner,
 )
-from safetensors.torch import load_file
 
 from run_scripts.training import data
 from run_scripts.training.trainer import TokenBudgetBatchSampler

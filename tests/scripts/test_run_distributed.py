@@ -14,7 +14,8 @@ import math
 import sys
 
 import pytest
-from run_script_helpers import (
+from safetensors.torch import load_file
+from script_helpers import (
     REPO,
     SCRIPTS,
     free_port,
@@ -24,7 +25,6 @@ from run_script_helpers import (
     torchrun,
     write_generated_ner,
 )
-from safetensors.torch import load_file
 
 from run_scripts.training import data
 

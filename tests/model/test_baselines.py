@@ -138,6 +138,8 @@ def test_copied_forwards_stay_identical_to_the_slstm_ones(baseline_class, slstm_
     # Each task model owns its `forward` ("copy, don't abstract"); the baselines' copies must not drift from the
     # S-LSTM originals, or the comparison would no longer change the encoder only.
     assert inspect.getsource(baseline_class.forward) == inspect.getsource(slstm_class.forward)
+    if hasattr(slstm_class, "follow_labels"):
+        assert inspect.getsource(baseline_class.follow_labels) == inspect.getsource(slstm_class.follow_labels)
     baseline_model = {
         name
         for name, _ in baseline_class(

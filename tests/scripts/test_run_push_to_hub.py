@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 from huggingface_hub import CommitOperationAdd, HfApi, RepoUrl
-from run_script_helpers import run_args, run_main, write_generated_ner
+from script_helpers import run_args, run_main, write_generated_ner
 
 from baselines import BaselineEncoderConfig
 from modeling_slstm import SLSTMConfig

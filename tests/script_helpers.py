@@ -1,4 +1,4 @@
-"""Helpers for the tests of run_scripts/ (imported by tests/test_run_*.py and tests/test_data_*.py); holds no tests.
+"""Helpers for the tests of run_scripts/ (imported by tests/scripts/ and tests/benchmarks/); holds no tests.
 
 Fixtures (isolated Hugging Face caches, the shared benchmark data) are in conftest.py.
 """

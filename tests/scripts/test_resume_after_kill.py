@@ -6,8 +6,8 @@ import logging
 
 import pytest
 import torch
-from run_script_helpers import read_json, run_args, run_main, write_generated_ner
 from safetensors.torch import load_file
+from script_helpers import read_json, run_args, run_main, write_generated_ner
 
 from run_scripts.training.model_setup import checkpoint_problem, last_complete_checkpoint
 

@@ -1,0 +1,52 @@
+"""The CPU fast path degrades, never breaks: when PyTorch's private oneDNN op is missing, raises or computes another
+product, the S-LSTM layers compute with `torch.nn.functional.linear` and say so once."""
+
+import logging
+import types
+
+import pytest
+import torch
+
+from modeling_slstm import cpu_matmul
+
+BREAKAGES = {
+    "missing": lambda monkeypatch: monkeypatch.setattr(torch.ops, "mkldnn", types.SimpleNamespace()),
+    "raises": lambda monkeypatch: monkeypatch.setattr(
+        torch.ops.mkldnn, "_linear_pointwise", lambda *args: (_ for _ in ()).throw(RuntimeError("changed signature"))
+    ),
+    "wrong_product": lambda monkeypatch: monkeypatch.setattr(
+        torch.ops.mkldnn, "_linear_pointwise", lambda inputs, weight, *rest: inputs @ weight.t() + 1.0
+    ),
+}
+
+
+@pytest.fixture
+def onednn_requested():
+    """`SLSTM_MATMUL_BACKEND=onednn` for the test, the process's own choice again after it."""
+    cpu_matmul.set_matmul_backend("onednn")
+    yield
+    cpu_matmul.set_matmul_backend(None)
+
+
+@pytest.mark.parametrize("breakage", BREAKAGES)
+def test_layer_falls_back_to_functional_linear_with_one_warning(monkeypatch, caplog, onednn_requested, breakage):
+    BREAKAGES[breakage](monkeypatch)
+    torch.manual_seed(0)
+    layer = cpu_matmul.SLSTMLinear(5, 3)
+    inputs = torch.randn(4, 5, requires_grad=True)
+    with caplog.at_level(logging.WARNING, logger=cpu_matmul.__name__):
+        outputs = [layer(inputs) for _ in range(3)]
+    assert cpu_matmul.selected_backend() == "default"
+    warnings = [record for record in caplog.records if "fall back to torch.nn.functional.linear" in record.message]
+    assert len(warnings) == 1
+    expected = torch.nn.functional.linear(inputs, layer.weight, layer.bias)
+    torch.testing.assert_close(outputs[0], expected, rtol=0, atol=0)
+    outputs[0].sum().backward()  # and it trains
+    assert inputs.grad is not None and layer.weight.grad is not None
+
+
+def test_the_probe_passes_where_the_op_works(onednn_requested):
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this PyTorch has no oneDNN")
+    assert cpu_matmul.onednn_matmul_problem() is None
+    assert cpu_matmul.selected_backend() == "onednn"

@@ -1,0 +1,57 @@
+"""run_scripts/utilities/compare_predictions.py: the paired permutation test against a brute-force enumeration of
+every swap, on prediction files as run_classification.py writes them."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from run_scripts.utilities import compare_predictions
+
+
+def brute_force_p_value(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of the 2^n swaps of the sentence pairs whose mean difference is at least as far from 0 as observed."""
+    differences = a - b
+    observed = abs(differences.mean())
+    signs = itertools.product([1.0, -1.0], repeat=len(differences))
+    return float(np.mean([abs((differences * np.array(s)).mean()) >= observed - 1e-12 for s in signs]))
+
+
+def write_predictions(path, gold, predicted, texts):
+    rows = ["text\tgold\tpredicted", *(f"{t}\t{g}\t{p}" for t, g, p in zip(texts, gold, predicted))]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def test_p_value_is_the_exact_permutation_share(tmp_path):
+    generator = np.random.default_rng(3)
+    texts = [f"sentence {i}" for i in range(13)]
+    gold = generator.choice(["pos", "neg"], size=13)
+    flip = {"pos": "neg", "neg": "pos"}
+    # A: two seeds, mostly right; B: two seeds, mostly wrong: imperfect both, a clear but not certain difference.
+    a_files = [
+        write_predictions(tmp_path / f"a{seed}.tsv", gold, [g if r < 0.8 else flip[g] for g, r in
+                          zip(gold, generator.random(13))], texts) for seed in range(2)
+    ]  # fmt: skip
+    b_files = [
+        write_predictions(tmp_path / f"b{seed}.tsv", gold, [g if r < 0.45 else flip[g] for g, r in
+                          zip(gold, generator.random(13))], texts) for seed in range(2)
+    ]  # fmt: skip
+    result = compare_predictions.main(["--a", *a_files, "--b", *b_files])
+    _, a = compare_predictions.sentence_scores(a_files)
+    _, b = compare_predictions.sentence_scores(b_files)
+    assert result["p_value"] == pytest.approx(brute_force_p_value(a, b), abs=1e-12)  # 2^13 swaps: exact
+    assert 0.0 < result["p_value"] < 0.2
+    assert result["difference"] == pytest.approx(100 * (a.mean() - b.mean()))
+    low, high = result["interval"]
+    assert low <= result["difference"] <= high
+
+
+def test_files_of_another_test_set_are_refused(tmp_path):
+    first = write_predictions(tmp_path / "a.tsv", ["pos", "neg"], ["pos", "pos"], ["x", "y"])
+    other = write_predictions(tmp_path / "b.tsv", ["pos", "neg"], ["pos", "pos"], ["x", "z"])
+    with pytest.raises(ValueError, match="differ from .*a.tsv"):
+        compare_predictions.main(["--a", first, "--b", other])
+    (tmp_path / "bad.tsv").write_text("gold\tpredicted\ttext\n")
+    with pytest.raises(ValueError, match="expected the header"):
+        compare_predictions.main(["--a", str(tmp_path / "bad.tsv"), "--b", first])
