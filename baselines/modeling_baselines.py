@@ -175,7 +175,7 @@ class BaselinePreTrainedModel(PreTrainedModel):
     config_class = BaselineEncoderConfig
     # The encoder attribute has the S-LSTM models' name, so that the copied `forward` reads the same and both kinds of
     # checkpoint share one layout.
-    base_model_prefix = "slstm"
+    base_model_prefix = "encoder"
     supports_gradient_checkpointing = False
     # Benchmark models: `save_pretrained` copies no code (the package is imported to load them).
     _auto_class = None
@@ -286,7 +286,7 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
     def __init__(self, config: BaselineEncoderConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.slstm = BaselineModel(config)
+        self.encoder = BaselineModel(config)
         self.pooler = SLSTMPooler(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = SLSTMLinear(config.hidden_size, config.num_labels)
@@ -314,7 +314,7 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
             `logits` `(batch, num_labels)`, `loss` when `labels` are given, `hidden_states` when asked.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.slstm(
+        outputs = self.base_model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
@@ -354,7 +354,7 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
     def __init__(self, config: BaselineEncoderConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.slstm = BaselineModel(config)
+        self.encoder = BaselineModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.uses_bioes = config.head_tag_scheme == "BIOES"
         num_head_tags = head_tag_count(config)
@@ -422,7 +422,7 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
                 "A BIOES head needs IOB2 labels (O, B-X, I-X for every type X) in config.id2label, got the "
                 f"placeholders {list(self.head_labels)}: set config.id2label and config.label2id first"
             )
-        outputs = self.slstm(
+        outputs = self.base_model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,

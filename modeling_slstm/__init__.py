@@ -4,16 +4,13 @@ Importing the package registers the models and the tokenizer with the Auto class
 checkpoints without `trust_remote_code`; saved checkpoints also carry the code for `trust_remote_code=True`.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
+from transformers import AutoConfig
 
 from .configuration_slstm import SLSTMConfig
 from .crf import ConditionalRandomField
 from .modeling_slstm import (
+    AUTO_CLASSES,
     SLSTMForSequenceClassification,
     SLSTMForTokenClassification,
     SLSTMModel,
@@ -23,9 +20,8 @@ from .tokenization_slstm import SLSTMTokenizer  # registers the tokenizer with A
 from .weighted_sum import weighted_sum_decomposition
 
 AutoConfig.register(SLSTMConfig.model_type, SLSTMConfig, exist_ok=True)
-AutoModel.register(SLSTMConfig, SLSTMModel, exist_ok=True)
-AutoModelForSequenceClassification.register(SLSTMConfig, SLSTMForSequenceClassification, exist_ok=True)
-AutoModelForTokenClassification.register(SLSTMConfig, SLSTMForTokenClassification, exist_ok=True)
+for auto_class_name, model_class in AUTO_CLASSES.items():
+    getattr(transformers, auto_class_name).register(SLSTMConfig, model_class, exist_ok=True)
 
 __all__ = [
     "ConditionalRandomField",

@@ -37,8 +37,10 @@ from torch import nn
 
 from .tag_schemes import allowed_transitions as allowed_transitions_for_labels
 
-IGNORE_TAG = -100
-"""Tag `ConditionalRandomField.decode` writes at masked positions; the ``ignore_index`` of ``nn.CrossEntropyLoss``."""
+IGNORE_INDEX = -100
+"""Label of positions without a label (boundary tokens, padding, continuation sub-words) and the tag
+`ConditionalRandomField.decode` writes at masked positions: the ``ignore_index`` of ``nn.CrossEntropyLoss``. The
+package's one definition (the models and the training scripts import it)."""
 
 MAX_TRACED_LENGTH = 4096
 """Longest sequence a traced CRF (`torch.export`, ONNX, `torch.compile`) handles: a traced graph has a fixed number of
@@ -655,12 +657,12 @@ class ConditionalRandomField(nn.Module):
             mask (`torch.BoolTensor` of shape `(batch, seq)`, *optional*): as in `log_likelihood`.
 
         Returns:
-            `torch.LongTensor` of shape `(batch, seq)`: tag ids, `IGNORE_TAG` (-100) at masked positions.
+            `torch.LongTensor` of shape `(batch, seq)`: tag ids, `IGNORE_INDEX` (-100) at masked positions.
         """
         mask, _ = self._validated(emissions, mask)
         with _autocast_disabled(emissions):
             path, _, _, _ = self._viterbi(emissions.to(self._compute_dtype(emissions)), mask, with_backward=False)
-            return torch.where(mask, path, IGNORE_TAG)
+            return torch.where(mask, path, IGNORE_INDEX)
 
     def max_marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Max-marginal of each tag at each position, relative to the best path (max-product forward-backward).

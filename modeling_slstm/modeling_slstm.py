@@ -6,8 +6,8 @@ reads every word. Equation numbers refer to the paper; `docs/equations.md` of th
 every weight below to the paper's matrices.
 
 Reading order: [`SLSTMEmbeddings`] (the word representations `x_i`: word embeddings, optionally followed by the
-character features of [`SLSTMCharCNN`]), [`SLSTMStateTransition`] (one recurrent step, Eqs. 2-3), [`SLSTMModel`] (the
-encoder: `num_steps` transitions), then the task models, each with its own `forward`:
+character features of [`SLSTMCharCNN`]), [`SLSTMStateTransition`] (one recurrent step, Eqs. 2-3),
+[`SLSTMInitialStates`] (the states before the first step), [`SLSTMModel`] (the encoder: `num_steps` transitions), then the task models, each with its own `forward`:
 [`SLSTMForSequenceClassification`] (with [`SLSTMPooler`]) and [`SLSTMForTokenClassification`] (softmax or the
 linear-chain CRF of `crf.py`).
 """
@@ -22,12 +22,8 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceCl
 
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_dim
 from .cpu_matmul import SLSTMConv1d, SLSTMLinear
-from .crf import IGNORE_TAG, ConditionalRandomField, values_are_cheap_to_check
+from .crf import IGNORE_INDEX, ConditionalRandomField, values_are_cheap_to_check
 from .tag_schemes import BIOESLabelMap, allowed_transitions
-
-IGNORE_INDEX = IGNORE_TAG
-"""Label of positions without a label (boundary tokens, padding, continuation sub-words), as in `nn.CrossEntropyLoss`
-(-100), and the CRF's."""
 
 
 def check_values_in_range(
@@ -672,7 +668,7 @@ class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
             `logits` `(batch, num_labels)`, `loss` when `labels` are given, `hidden_states` when asked.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.slstm(
+        outputs = self.base_model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
@@ -869,7 +865,7 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
                 "A BIOES head needs IOB2 labels (O, B-X, I-X for every type X) in config.id2label, got the "
                 f"placeholders {list(self.head_labels)}: set config.id2label and config.label2id first"
             )
-        outputs = self.slstm(
+        outputs = self.base_model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
@@ -910,13 +906,22 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
+AUTO_CLASSES = {
+    "AutoModel": SLSTMModel,
+    "AutoModelForSequenceClassification": SLSTMForSequenceClassification,
+    "AutoModelForTokenClassification": SLSTMForTokenClassification,
+}
+"""The Auto class of every model, the one table behind both ways of loading: checkpoints carry the code for these
+(`register_for_auto_class`, below) and the installed package registers them (`__init__.py`). `AUTO_MAP` of
+`configuration_slstm.py` writes the same names into every saved config (tested equal)."""
+
 SLSTMConfig.register_for_auto_class()
-SLSTMModel.register_for_auto_class("AutoModel")
-SLSTMForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-SLSTMForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+for _auto_class_name, _model_class in AUTO_CLASSES.items():
+    _model_class.register_for_auto_class(_auto_class_name)
 
 
 __all__ = [
+    "AUTO_CLASSES",
     "SLSTMForSequenceClassification",
     "SLSTMForTokenClassification",
     "SLSTMModel",

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import datasets
 
+from modeling_slstm.crf import IGNORE_INDEX
+
 logger = logging.getLogger(__name__)
 
-IGNORE_INDEX = -100  # the label of positions without one: the ignore_index of torch's cross-entropy and the CRF
 SPLITS = ("train", "validation", "test")
 DATASETS_EXTENSIONS = {"json": "json", "jsonl": "json", "csv": "csv", "tsv": "csv", "parquet": "parquet"}
 DOCSTART = "-DOCSTART-"

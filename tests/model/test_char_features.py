@@ -81,7 +81,7 @@ def test_baselines_read_the_same_character_features(encoder_type, side):
     )  # fmt: skip
     model = build(BaselineForTokenClassification, config)
     # The same word representations as S-LSTM: embedding then char-CNN features, in that order.
-    assert model.slstm.embeddings.output_dim == config.word_representation_dim == 5 + 3
+    assert model.encoder.embeddings.output_dim == config.word_representation_dim == 5 + 3
     assert_batch_equals_sentences_alone(model, side)
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from modeling_slstm import crf as crf_module
-from modeling_slstm.crf import IGNORE_TAG, MAX_TRACED_LENGTH, ConditionalRandomField, validate_mask
+from modeling_slstm.crf import IGNORE_INDEX, MAX_TRACED_LENGTH, ConditionalRandomField, validate_mask
 from modeling_slstm.tag_schemes import allowed_transitions
 
 BIO_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
@@ -87,8 +87,8 @@ def is_allowed(crf, path):
 
 
 def brute_force_decode(crf, emissions, mask, only_allowed=False):
-    """(seq,) best path by enumeration, IGNORE_TAG at masked positions."""
-    decoded = torch.full(mask.shape, IGNORE_TAG, dtype=torch.long)
+    """(seq,) best path by enumeration, IGNORE_INDEX at masked positions."""
+    decoded = torch.full(mask.shape, IGNORE_INDEX, dtype=torch.long)
     if mask.any():
         positions, paths, scores = enumerate_paths(crf, emissions, mask, only_allowed)
         decoded[positions] = paths[scores.argmax()]
@@ -99,7 +99,7 @@ def brute_force_decode(crf, emissions, mask, only_allowed=False):
 def test_log_likelihood_matches_brute_force(num_tags, scan_plan):
     crf = random_crf(num_tags, seed=num_tags)
     emissions = torch.randn(len(MASKS), 5, num_tags)
-    tags = torch.randint(num_tags, (len(MASKS), 5)).masked_fill(~MASKS, IGNORE_TAG)
+    tags = torch.randint(num_tags, (len(MASKS), 5)).masked_fill(~MASKS, IGNORE_INDEX)
     log_likelihood = crf.log_likelihood(emissions, tags, MASKS)
     assert log_likelihood.dtype == torch.float32
     for sentence, mask in enumerate(MASKS):
@@ -137,7 +137,7 @@ def test_masked_positions_do_not_matter(scan_plan):
     emissions = torch.randn(len(MASKS), 5, 4)
     tags = torch.randint(4, (len(MASKS), 5))
     noisy_emissions = torch.where(MASKS[..., None], emissions, torch.randn_like(emissions) * 100)
-    noisy_tags = tags.masked_fill(~MASKS, IGNORE_TAG)
+    noisy_tags = tags.masked_fill(~MASKS, IGNORE_INDEX)
     torch.testing.assert_close(
         crf.log_likelihood(noisy_emissions, noisy_tags, MASKS), crf.log_likelihood(emissions, tags, MASKS)
     )
@@ -159,7 +159,7 @@ def test_agrees_with_pytorch_crf(scan_plan):
         -crf(emissions, tags, mask, reduction="sum"), reference(emissions, tags, mask, reduction="sum")
     )
     decoded = crf.decode(emissions, mask)
-    assert [row[row != IGNORE_TAG].tolist() for row in decoded] == reference.decode(emissions, mask)
+    assert [row[row != IGNORE_INDEX].tolist() for row in decoded] == reference.decode(emissions, mask)
 
 
 def test_ties_are_broken_towards_the_viterbi_path(scan_plan):
@@ -326,11 +326,11 @@ def test_all_masked_batch_has_zero_loss_and_finite_gradients(scan_plan):
     crf = ConditionalRandomField.from_labels(BIO_LABELS)
     emissions = torch.randn(2, 3, len(BIO_LABELS), requires_grad=True)
     mask = torch.zeros(2, 3, dtype=torch.bool)
-    loss = crf(emissions, torch.full((2, 3), IGNORE_TAG), mask)
+    loss = crf(emissions, torch.full((2, 3), IGNORE_INDEX), mask)
     assert loss.item() == 0.0
     loss.backward()
     assert torch.all(emissions.grad == 0)
-    assert torch.all(crf.decode(emissions, mask) == IGNORE_TAG)
+    assert torch.all(crf.decode(emissions, mask) == IGNORE_INDEX)
     assert math.isfinite(crf.max_marginals(emissions, mask).abs().sum().item())
 
 
@@ -343,7 +343,7 @@ def test_value_checks_are_public_and_keep_their_messages():
     with pytest.raises(ValueError, match="only 0 and 1"):
         validate_mask(torch.tensor([[1, 2]]))
     # Masked positions may hold any tag.
-    crf.validate_tags(torch.tensor([[0, IGNORE_TAG]]), mask=torch.tensor([[1, 0]]))
+    crf.validate_tags(torch.tensor([[0, IGNORE_INDEX]]), mask=torch.tensor([[1, 0]]))
     validate_mask(torch.tensor([[True, False]]))
 
 
@@ -352,10 +352,10 @@ def test_unchecked_out_of_range_tags_fail_rather_than_give_a_loss(monkeypatch):
     monkeypatch.setattr(crf_module, "values_are_cheap_to_check", lambda tensor: False)
     crf = ConditionalRandomField(3)
     emissions = torch.randn(1, 3, 3)
-    for bad_tag in (3, -1, IGNORE_TAG):
+    for bad_tag in (3, -1, IGNORE_INDEX):
         with pytest.raises((IndexError, RuntimeError), match="out of bounds"):
             crf.log_likelihood(emissions, torch.tensor([[0, bad_tag, 1]]))
-    masked = crf.log_likelihood(emissions, torch.tensor([[0, IGNORE_TAG, 1]]), torch.tensor([[1, 0, 1]]))
+    masked = crf.log_likelihood(emissions, torch.tensor([[0, IGNORE_INDEX, 1]]), torch.tensor([[1, 0, 1]]))
     assert torch.isfinite(masked).all()
 
 
@@ -380,7 +380,7 @@ def test_blocked_plan_of_traced_graphs_matches_sequential_on_long_sentences(labe
 
 
 def padded_inputs(num_tags, batch, length, seed):
-    """Emissions, tags (IGNORE_TAG where masked) and a mask with right and left padding, a hole and an empty sentence
+    """Emissions, tags (IGNORE_INDEX where masked) and a mask with right and left padding, a hole and an empty sentence
     (``batch >= 4``)."""
     generator = torch.Generator().manual_seed(seed)
     emissions = torch.randn(batch, length, num_tags, generator=generator) * 3
@@ -389,7 +389,7 @@ def padded_inputs(num_tags, batch, length, seed):
     mask[1, : length // 3] = False
     mask[2, length // 2] = False
     mask[-1] = False
-    tags = torch.randint(num_tags, (batch, length), generator=generator).masked_fill(~mask, IGNORE_TAG)
+    tags = torch.randint(num_tags, (batch, length), generator=generator).masked_fill(~mask, IGNORE_INDEX)
     return {"emissions": emissions, "tags": tags, "mask": mask}
 
 

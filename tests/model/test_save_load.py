@@ -183,3 +183,15 @@ def test_installed_package_loads_model_and_tokenizer_without_trust_remote_code(t
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["modeling_slstm.tokenization_slstm", "modeling_slstm.modeling_slstm"]
+
+
+def test_the_saved_auto_map_names_every_auto_class_of_the_package():
+    """`AUTO_MAP` (written into every saved config) and `AUTO_CLASSES` (what the package registers and ships) agree."""
+    from modeling_slstm.configuration_slstm import AUTO_MAP
+    from modeling_slstm.modeling_slstm import AUTO_CLASSES
+
+    expected = {"AutoConfig": "configuration_slstm.SLSTMConfig"}
+    expected |= {name: f"modeling_slstm.{model_class.__name__}" for name, model_class in AUTO_CLASSES.items()}
+    assert AUTO_MAP == expected
+    for name, model_class in AUTO_CLASSES.items():
+        assert model_class._auto_class == name
