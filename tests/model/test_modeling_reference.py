@@ -151,16 +151,12 @@ SIMPLIFICATIONS = {
 @pytest.mark.parametrize("num_sentence_nodes", [0, 1, 2])
 @pytest.mark.parametrize("window_size", [1, 2])
 def test_model_matches_reference_recurrence(window_size, num_sentence_nodes, gate_normalization, simplification):
-    model = build(
-        SLSTMModel,
-        dtype=torch.float64,
-        num_steps=NUM_STEPS,
+    assert_matches_reference(
         window_size=window_size,
         num_sentence_nodes=num_sentence_nodes,
         gate_normalization=gate_normalization,
         **SIMPLIFICATIONS[simplification],
     )
-    assert_matches_reference(model)
 
 
 # `initial_state="input"` with embedding_dim 5 and hidden 6 goes through the projection; with equal widths through
@@ -172,21 +168,19 @@ INPUT_INITIAL_STATES = {"projected": {}, "identity": {"embedding_dim": 6}}
 @pytest.mark.parametrize("num_sentence_nodes", [0, 1, 2])
 @pytest.mark.parametrize("window_size", [1, 2])
 def test_model_matches_reference_from_the_input_initial_state(window_size, num_sentence_nodes, initial_state):
-    model = build(
-        SLSTMModel,
-        dtype=torch.float64,
-        num_steps=NUM_STEPS,
+    assert_matches_reference(
         window_size=window_size,
         num_sentence_nodes=num_sentence_nodes,
         initial_state="input",
         **INPUT_INITIAL_STATES[initial_state],
     )
-    assert_matches_reference(model)
 
 
-def assert_matches_reference(model):
-    """Every step's word states, the final states and the pooled output of a padded batch of mixed lengths equal the
-    reference's for each sentence alone (to 1e-10 in float64); padding holds zero state."""
+def assert_matches_reference(**settings):
+    """For a float64 `SLSTMModel` of `NUM_STEPS` steps and `settings` at random weights: every step's word states, the
+    final states and the pooled output of a padded batch of mixed lengths equal the reference's for each sentence
+    alone (to 1e-10); padding holds zero state."""
+    model = build(SLSTMModel, dtype=torch.float64, num_steps=NUM_STEPS, **settings)
     assert all(parameter.abs().min() > 0 for parameter in model.initial_states.parameters())  # random, not zero
     num_sentence_nodes = model.config.num_sentence_nodes
     sentences = random_ids(LENGTHS)
