@@ -393,8 +393,8 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
     def accepts_loss_kwargs(self) -> bool:
         return not self.config.use_crf
 
-    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.forward (tests/model/test_baselines.py checks
-    # that the two stay identical)
+    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.forward
+    # (tests/model/test_baselines.py checks that the two stay identical)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,

@@ -7,7 +7,8 @@ every weight below to the paper's matrices.
 
 Reading order: [`SLSTMEmbeddings`] (the word representations `x_i`: word embeddings, optionally followed by the
 character features of [`SLSTMCharCNN`]), [`SLSTMStateTransition`] (one recurrent step, Eqs. 2-3),
-[`SLSTMInitialStates`] (the states before the first step), [`SLSTMModel`] (the encoder: `num_steps` transitions), then the task models, each with its own `forward`:
+[`SLSTMInitialStates`] (the states before the first step), [`SLSTMModel`] (the encoder: `num_steps` transitions),
+then the task models, each with its own `forward`:
 [`SLSTMForSequenceClassification`] (with [`SLSTMPooler`]) and [`SLSTMForTokenClassification`] (softmax or the
 linear-chain CRF of `crf.py`).
 """

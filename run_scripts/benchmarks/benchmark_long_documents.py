@@ -43,12 +43,12 @@ class LongDocumentArguments:
 
 def document(num_words: int, seed: int = 0) -> str:
     generator = random.Random(seed)
-    return " ".join(
-        "".join(generator.choices(string.ascii_lowercase, k=generator.randint(3, 9))).capitalize()
-        if generator.random() < 0.1
-        else "".join(generator.choices(string.ascii_lowercase, k=generator.randint(3, 9)))
-        for _ in range(num_words)
-    )
+    words = []
+    for _ in range(num_words):
+        capitalized = generator.random() < 0.1  # drawn before the letters, as the documented runs drew them
+        word = "".join(generator.choices(string.ascii_lowercase, k=generator.randint(3, 9)))
+        words.append(word.capitalize() if capitalized else word)
+    return " ".join(words)
 
 
 def tagging_pipeline(args: LongDocumentArguments, text: str):

@@ -196,7 +196,8 @@ def apply_training_recipe(
     for name, value in applied.items():
         setattr(training_args, name, value)
     # A resumed run comes here too: it continues a model built from a config, with the same recipe.
-    message = f"Model built from a config, trained with the recipe of {source}: applied {format_arguments(applied) or 'nothing'}"
+    applied_text = format_arguments(applied) or "nothing"
+    message = f"Model built from a config, trained with the recipe of {source}: applied {applied_text}"
     if kept:
         message += f"; kept from the command line: {format_arguments(kept)}"
     logger.info(message)

@@ -1,8 +1,8 @@
 """`SLSTMTrainer`: the `transformers` Trainer of `run_ner.py` and `run_classification.py`.
 
-It adds the paper's per-epoch exponential learning-rate decay and L2 regularisation, a length-grouped sampler that resumes exactly,
-token-budget batches (`--max_tokens_per_batch`), evaluation in the data's order, and the S-LSTM model card
-(`hub_configs/model_card_template.md`) that `create_model_card` / `push_to_hub` write.
+It adds the paper's per-epoch exponential learning-rate decay and L2 regularisation, a length-grouped sampler that
+resumes exactly, token-budget batches (`--max_tokens_per_batch`), evaluation in the data's order, and the S-LSTM model
+card (`hub_configs/model_card_template.md`) that `create_model_card` / `push_to_hub` write.
 """
 
 import json
@@ -341,9 +341,12 @@ def l2_parameter_groups(model: torch.nn.Module, coefficient: float, include_word
     matrix (`model.get_input_embeddings()`), which gets 0 unless `include_word_embeddings`."""
     embedding = model.get_input_embeddings().weight
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
-    exempt = [] if include_word_embeddings else [p for p in trainable if p is embedding]
-    regularized = [p for p in trainable if not any(p is q for q in exempt)]
-    groups = [{"params": regularized, "weight_decay": coefficient}, {"params": exempt, "weight_decay": 0.0}]
+    exempt = None if include_word_embeddings else embedding
+    regularized = [p for p in trainable if p is not exempt]
+    groups = [
+        {"params": regularized, "weight_decay": coefficient},
+        {"params": [p for p in trainable if p is exempt], "weight_decay": 0.0},
+    ]
     return [group for group in groups if group["params"]]
 
 

@@ -1,5 +1,5 @@
-"""run_scripts/utilities/export_onnx.py: ONNX export with default settings of every task model, checked in onnxruntime on a
-new, padded batch (logits within 1e-4 at real positions; the CRF's Viterbi path identical)."""
+"""run_scripts/utilities/export_onnx.py: ONNX export with default settings of every task model, checked in onnxruntime
+on a new, padded batch (logits within 1e-4 at real positions; the CRF's Viterbi path identical)."""
 
 import pytest
 from helpers import build, tagger_config, tiny_config
