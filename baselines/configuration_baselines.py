@@ -4,8 +4,10 @@ from transformers import PreTrainedConfig
 
 from modeling_slstm.configuration_slstm import (
     CLASSIFIER_POOLINGS,
+    FEATURE_ENCODER_SUB_CONFIG,
     validate_char_settings,
     validate_dropouts,
+    validate_feature_settings,
     validate_head_tag_scheme,
     validate_integers,
     word_representation_dim,
@@ -40,6 +42,10 @@ class BaselineEncoderConfig(PreTrainedConfig):
         0.5):
             Character features appended to the word embeddings, with the same meaning as in [`SLSTMConfig`]: the
             baselines read the same word representations as S-LSTM, so that comparisons stay fair.
+        feature_encoder_config (`dict` or `PreTrainedConfig`, *optional*), feature_pooling (`str`, *optional*,
+        defaults to `"mean"`), feature_encoder_trainable_layers (`int`, *optional*, defaults to 0):
+            A pretrained subword encoder's states pooled per word and appended to the word representations, with the
+            same meaning as in [`SLSTMConfig`].
         hidden_dropout (`float`, *optional*, defaults to 0.0):
             Dropout between stacked layers (BiLSTM, CNN) or inside the Transformer layers.
         kernel_size (`int`, *optional*, defaults to 3):
@@ -69,6 +75,7 @@ class BaselineEncoderConfig(PreTrainedConfig):
     """
 
     model_type = "slstm_baseline_encoder"
+    sub_configs_defaults = FEATURE_ENCODER_SUB_CONFIG
 
     def __init__(
         self,
@@ -84,6 +91,9 @@ class BaselineEncoderConfig(PreTrainedConfig):
         char_hidden_size: int = 30,
         char_kernel_size: int = 3,
         char_dropout: float = 0.5,
+        feature_encoder_config: dict | PreTrainedConfig | None = None,
+        feature_pooling: str = "mean",
+        feature_encoder_trainable_layers: int = 0,
         hidden_dropout: float = 0.0,
         kernel_size: int = 3,
         num_attention_heads: int = 6,
@@ -113,6 +123,9 @@ class BaselineEncoderConfig(PreTrainedConfig):
         self.char_hidden_size = char_hidden_size
         self.char_kernel_size = char_kernel_size
         self.char_dropout = char_dropout
+        self.feature_encoder_config = feature_encoder_config  # made a config by `PreTrainedConfig.__post_init__`
+        self.feature_pooling = feature_pooling
+        self.feature_encoder_trainable_layers = feature_encoder_trainable_layers
         self.hidden_dropout = hidden_dropout
         self.kernel_size = kernel_size
         self.num_attention_heads = num_attention_heads
@@ -131,12 +144,13 @@ class BaselineEncoderConfig(PreTrainedConfig):
         super().__init__(**kwargs)
         self._validate_baseline_settings()
         validate_char_settings(self)
+        validate_feature_settings(self)
         validate_head_tag_scheme(self)
 
     @property
     def word_representation_dim(self) -> int:
         """Width of the word representations the encoder reads: `embedding_dim`, plus `char_hidden_size` with
-        character features."""
+        character features, plus the feature encoder's `hidden_size` with encoder features."""
         return word_representation_dim(self)
 
     def _validate_baseline_settings(self):

@@ -236,6 +236,9 @@ class BaselineModel(BaselinePreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         char_ids: torch.LongTensor | None = None,
+        subword_ids: torch.LongTensor | None = None,
+        subword_attention_mask: torch.Tensor | None = None,
+        subword_to_word: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
@@ -244,7 +247,8 @@ class BaselineModel(BaselinePreTrainedModel):
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, seq)`), attention_mask (`(batch, seq)`, *optional*),
             inputs_embeds (`(batch, seq, embedding_dim)`, *optional*), char_ids (`(batch, seq, max_word_length)`,
-            *optional*), return_dict: as for [`SLSTMModel`].
+            *optional*), subword_ids, subword_attention_mask, subword_to_word (`(batch, subwords)`, *optional*),
+            return_dict: as for [`SLSTMModel`].
             output_hidden_states (`bool`, *optional*): also return `(embeddings, outputs)` (the stock modules do
                 not expose their inner layers).
 
@@ -255,7 +259,9 @@ class BaselineModel(BaselinePreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        embeds = self.embeddings(input_ids, inputs_embeds, char_ids)  # (batch, seq, word_representation_dim)
+        embeds = self.embeddings(
+            input_ids, inputs_embeds, char_ids, subword_ids, subword_attention_mask, subword_to_word
+        )  # (batch, seq, word_representation_dim)
         batch, seq, _ = embeds.shape
         if attention_mask is not None and attention_mask.shape != (batch, seq):
             raise ValueError(
@@ -300,6 +306,9 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         char_ids: torch.LongTensor | None = None,
+        subword_ids: torch.LongTensor | None = None,
+        subword_attention_mask: torch.Tensor | None = None,
+        subword_to_word: torch.LongTensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -307,7 +316,8 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
     ) -> SequenceClassifierOutput | tuple:
         r"""
         Args:
-            input_ids, attention_mask, inputs_embeds, char_ids, output_hidden_states: as for [`SLSTMModel`].
+            input_ids, attention_mask, inputs_embeds, char_ids, subword_ids, subword_attention_mask, subword_to_word,
+                output_hidden_states: as for [`SLSTMModel`].
             labels (`torch.Tensor` of shape `(batch,)`, or `(batch, num_labels)` for multi-label / regression).
 
         Returns:
@@ -319,6 +329,9 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             char_ids=char_ids,
+            subword_ids=subword_ids,
+            subword_attention_mask=subword_attention_mask,
+            subword_to_word=subword_to_word,
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
@@ -401,6 +414,9 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         char_ids: torch.LongTensor | None = None,
+        subword_ids: torch.LongTensor | None = None,
+        subword_attention_mask: torch.Tensor | None = None,
+        subword_to_word: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -408,7 +424,8 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
     ) -> TokenClassifierOutput | tuple:
         r"""
         Args:
-            input_ids, attention_mask, inputs_embeds, char_ids, output_hidden_states: as for [`SLSTMModel`].
+            input_ids, attention_mask, inputs_embeds, char_ids, subword_ids, subword_attention_mask, subword_to_word,
+                output_hidden_states: as for [`SLSTMModel`].
             labels (`torch.LongTensor` of shape `(batch, seq)`, *optional*): tag ids, -100 where there is no label.
             kwargs: `num_items_in_batch` from the Trainer (softmax head only).
 
@@ -427,6 +444,9 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             char_ids=char_ids,
+            subword_ids=subword_ids,
+            subword_attention_mask=subword_attention_mask,
+            subword_to_word=subword_to_word,
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )

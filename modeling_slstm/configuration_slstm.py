@@ -1,6 +1,7 @@
 """Configuration of the Sentence-State LSTM (S-LSTM; Zhang, Liu & Song, ACL 2018)."""
 
-from transformers import PreTrainedConfig
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
 
 GATE_NORMALIZATIONS = ("sigmoid_softmax", "softmax")
 CHAR_PAD_ID = 0
@@ -8,6 +9,11 @@ CHAR_PAD_ID = 0
 CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
 INITIAL_STATES = ("learned", "input")
 HEAD_TAG_SCHEMES = (None, "BIOES")
+FEATURE_POOLINGS = ("mean", "first")
+FEATURE_ENCODER_SUB_CONFIG = {
+    # Any `AutoConfig` (its `model_type` decides the class); absent unless given, as for a model without features.
+    "feature_encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=True)
+}
 # Written into every saved config, so that any S-LSTM checkpoint loads with trust_remote_code through every Auto
 # class, not only through the one of the class that saved it (which is all `save_pretrained` records by itself).
 AUTO_MAP = {
@@ -19,9 +25,11 @@ AUTO_MAP = {
 
 
 def word_representation_dim(config: PreTrainedConfig) -> int:
-    """`config.embedding_dim`, plus `config.char_hidden_size` when `config.use_char_features`: the width of the
-    output of `SLSTMEmbeddings` (shared by every config that builds one)."""
-    return config.embedding_dim + (config.char_hidden_size if config.use_char_features else 0)
+    """`config.embedding_dim`, plus `config.char_hidden_size` when `config.use_char_features`, plus the feature
+    encoder's `hidden_size` when there is one: the width of the output of `SLSTMEmbeddings` (shared by every config
+    that builds one)."""
+    features = config.feature_encoder_config.hidden_size if config.feature_encoder_config is not None else 0
+    return config.embedding_dim + (config.char_hidden_size if config.use_char_features else 0) + features
 
 
 def validate_integers(config: PreTrainedConfig, minimums: dict[str, int]) -> None:
@@ -61,6 +69,34 @@ def validate_char_settings(config: PreTrainedConfig) -> None:
         # An even window has no centre: with `padding=k // 2` its outputs would not line up with the characters.
         raise ValueError(f"{name}.char_kernel_size must be odd, got {config.char_kernel_size}")
     validate_dropouts(config, ("char_dropout",))
+
+
+def validate_feature_settings(config: PreTrainedConfig) -> None:
+    """Checks the feature-encoder fields of a config that builds `SLSTMEmbeddings`, naming the config class and
+    field."""
+    name = type(config).__name__
+    if config.feature_pooling not in FEATURE_POOLINGS:
+        raise ValueError(f"{name}.feature_pooling must be one of {FEATURE_POOLINGS}, got {config.feature_pooling!r}")
+    layers = config.feature_encoder_trainable_layers
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < -1:
+        raise ValueError(
+            f"{name}.feature_encoder_trainable_layers must be -1 (all), 0 (frozen) or a number of top layers, "
+            f"got {layers!r}"
+        )
+    encoder = config.feature_encoder_config
+    if encoder is None:
+        return
+    for field in ("hidden_size", "num_hidden_layers"):
+        if not isinstance(getattr(encoder, field, None), int):
+            raise TypeError(
+                f"{name}.feature_encoder_config must be the config of a text encoder with an integer {field} (as "
+                f"BERT's), got a {type(encoder).__name__} without one"
+            )
+    if layers > encoder.num_hidden_layers:
+        raise ValueError(
+            f"{name}.feature_encoder_trainable_layers ({layers}) exceeds the feature encoder's "
+            f"num_hidden_layers ({encoder.num_hidden_layers})"
+        )
 
 
 def validate_head_tag_scheme(config: PreTrainedConfig) -> None:
@@ -127,6 +163,21 @@ class SLSTMConfig(PreTrainedConfig):
             Width of the convolution window over characters (odd; Ma & Hovy, 2016: 3).
         char_dropout (`float`, *optional*, defaults to 0.5):
             Dropout on the character embeddings before the convolution (Ma & Hovy, 2016: 0.5).
+        feature_encoder_config (`dict` or `PreTrainedConfig`, *optional*):
+            The config of a pretrained subword encoder (any `AutoModel`, e.g. a BERT) whose states, pooled per word
+            (`feature_pooling`), are appended to every `x_i` after the word embedding and character features. The
+            models then need the `subword_ids`, `subword_attention_mask` and `subword_to_word` that an
+            [`SLSTMTokenizer`] built with a `subword_tokenizer` returns. The encoder's weights are part of the
+            checkpoint; a fresh model gets them with
+            `model.base_model.embeddings.subword_features.load_pretrained_encoder(path)`.
+        feature_pooling (`str`, *optional*, defaults to `"mean"`):
+            How a word's subword states become one vector: `"mean"` (of all its subwords) or `"first"` (its first
+            subword's state, the usual choice when fine-tuning BERT for tagging). `"mean"` by default because the
+            encoder is frozen by default: a frozen encoder was not trained to gather a word's meaning into its first
+            piece, and the mean keeps what every piece holds.
+        feature_encoder_trainable_layers (`int`, *optional*, defaults to 0):
+            0 keeps the feature encoder frozen (and in evaluation mode, so its features are the same in training and
+            evaluation); `k > 0` trains its top `k` layers; -1 trains all of it, embeddings included.
         hidden_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the word and sentence states read by the next step.
         classifier_dropout (`float`, *optional*, defaults to 0.0):
@@ -162,6 +213,7 @@ class SLSTMConfig(PreTrainedConfig):
     """
 
     model_type = "sentence_state_lstm"
+    sub_configs_defaults = FEATURE_ENCODER_SUB_CONFIG
 
     def __init__(
         self,
@@ -182,6 +234,9 @@ class SLSTMConfig(PreTrainedConfig):
         char_hidden_size: int = 30,
         char_kernel_size: int = 3,
         char_dropout: float = 0.5,
+        feature_encoder_config: dict | PreTrainedConfig | None = None,
+        feature_pooling: str = "mean",
+        feature_encoder_trainable_layers: int = 0,
         hidden_dropout: float = 0.0,
         classifier_dropout: float = 0.0,
         classifier_pooling: str = "sentence",
@@ -211,6 +266,9 @@ class SLSTMConfig(PreTrainedConfig):
         self.char_hidden_size = char_hidden_size
         self.char_kernel_size = char_kernel_size
         self.char_dropout = char_dropout
+        self.feature_encoder_config = feature_encoder_config  # made a config by `PreTrainedConfig.__post_init__`
+        self.feature_pooling = feature_pooling
+        self.feature_encoder_trainable_layers = feature_encoder_trainable_layers
         self.hidden_dropout = hidden_dropout
         self.classifier_dropout = classifier_dropout
         self.classifier_pooling = classifier_pooling
@@ -225,12 +283,13 @@ class SLSTMConfig(PreTrainedConfig):
         super().__init__(**kwargs)
         self._validate_slstm_settings()
         validate_char_settings(self)
+        validate_feature_settings(self)
         validate_head_tag_scheme(self)
 
     @property
     def word_representation_dim(self) -> int:
         """Width of the word representation `x_i` the recurrence reads: `embedding_dim`, plus `char_hidden_size`
-        with character features."""
+        with character features, plus the feature encoder's `hidden_size` with encoder features."""
         return word_representation_dim(self)
 
     def _validate_slstm_settings(self):
@@ -255,9 +314,11 @@ class SLSTMConfig(PreTrainedConfig):
 
 __all__ = [
     "CHAR_PAD_ID",
+    "FEATURE_ENCODER_SUB_CONFIG",
     "SLSTMConfig",
     "validate_char_settings",
     "validate_dropouts",
+    "validate_feature_settings",
     "validate_head_tag_scheme",
     "validate_integers",
     "word_representation_dim",

@@ -6,16 +6,18 @@ reads every word. Equation numbers refer to the paper; `docs/equations.md` of th
 every weight below to the paper's matrices.
 
 Reading order: [`SLSTMEmbeddings`] (the word representations `x_i`: word embeddings, optionally followed by the
-character features of [`SLSTMCharCNN`]), [`SLSTMStateTransition`] (one recurrent step, Eqs. 2-3),
+character features of [`SLSTMCharCNN`] and a pretrained encoder's word features, [`SLSTMSubwordFeatures`]), [`SLSTMStateTransition`] (one recurrent step, Eqs. 2-3),
 [`SLSTMInitialStates`] (the states before the first step), [`SLSTMModel`] (the encoder: `num_steps` transitions),
 then the task models, each with its own `forward`:
 [`SLSTMForSequenceClassification`] (with [`SLSTMPooler`]) and [`SLSTMForTokenClassification`] (softmax or the
 linear-chain CRF of `crf.py`).
 """
 
+import re
+
 import torch
 from torch import nn
-from transformers import PreTrainedConfig, PreTrainedModel
+from transformers import AutoModel, PreTrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.loss.loss_utils import fixed_cross_entropy
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -130,14 +132,107 @@ class SLSTMCharCNN(nn.Module):
         return pooled.view(batch, seq, -1)
 
 
+def layer_index(parameter_name: str) -> int | None:
+    """The layer number in a transformer parameter name (`encoder.layer.4.attention...` -> 4), `None` outside the
+    layer stack (embeddings, pooler)."""
+    found = re.search(r"(?:^|\.)(?:layer|layers|h|block|blocks)\.(\d+)\.", parameter_name)
+    return int(found.group(1)) if found else None
+
+
+class SLSTMSubwordFeatures(nn.Module):
+    r"""
+    Word features from a pretrained subword encoder (any `AutoModel` of `config.feature_encoder_config`, e.g. a
+    BERT): the encoder reads the sentence's subwords, and every word gets the pooled last hidden states of its own
+    subwords (`config.feature_pooling`: their mean, or the first one's). `<s>` and `</s>` get the states of the
+    encoder's own framing tokens (e.g. `[CLS]` and `[SEP]`), which [`SLSTMTokenizer`] maps to them.
+
+    Exact under padding: the encoder masks padded subwords, padded subwords belong to no word, and padded words get
+    zero features. The encoder is frozen with `feature_encoder_trainable_layers=0` (the default) and then also stays
+    in evaluation mode when the model trains, so that a word's features are the same in training and evaluation (no
+    dropout inside the encoder); `k > 0` trains its top `k` layers, -1 all of it.
+
+    Args:
+        config ([`SLSTMConfig`]): `feature_encoder_config`, `feature_pooling` and `feature_encoder_trainable_layers`
+            are read.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.encoder = AutoModel.from_config(config.feature_encoder_config)
+        self.first_subword_only = config.feature_pooling == "first"
+        self.trainable_layers = config.feature_encoder_trainable_layers
+        self.freeze_untrained_layers()
+
+    def freeze_untrained_layers(self) -> None:
+        """Sets `requires_grad` of every encoder weight from `feature_encoder_trainable_layers`. Run at construction
+        and by every `train()`/`eval()`: `from_pretrained` replaces the parameters with new ones that require
+        gradients, then calls `eval()`."""
+        num_layers = self.encoder.config.num_hidden_layers
+        for name, parameter in self.encoder.named_parameters():
+            index = layer_index(name)
+            top_layer = index is not None and index >= num_layers - self.trainable_layers
+            parameter.requires_grad_(self.trainable_layers == -1 or (self.trainable_layers > 0 and top_layer))
+
+    def load_pretrained_encoder(self, pretrained_model_name_or_path: str, **kwargs) -> None:
+        """Copies the weights of a pretrained encoder (`AutoModel.from_pretrained(pretrained_model_name_or_path,
+        **kwargs)`) into this one, as a fresh model needs; a loaded S-LSTM checkpoint holds them already.
+
+        Raises:
+            `ValueError`: If the pretrained encoder's weights do not match this encoder's (another architecture or
+            size than `config.feature_encoder_config`).
+        """
+        pretrained = AutoModel.from_pretrained(pretrained_model_name_or_path, **kwargs)
+        ours, theirs = self.encoder.state_dict(), pretrained.state_dict()
+        mismatched = sorted(
+            name for name in ours.keys() | theirs.keys() if name not in ours or name not in theirs
+            or ours[name].shape != theirs[name].shape
+        )  # fmt: skip
+        if mismatched:
+            raise ValueError(
+                f"The encoder at {pretrained_model_name_or_path} does not match config.feature_encoder_config: "
+                f"{len(mismatched)} weights differ in name or shape, e.g. {mismatched[:3]}"
+            )
+        self.encoder.load_state_dict(theirs)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.freeze_untrained_layers()
+        if self.trainable_layers == 0:
+            self.encoder.eval()
+        return self
+
+    def forward(
+        self,
+        subword_ids: torch.LongTensor,
+        subword_attention_mask: torch.Tensor,
+        subword_to_word: torch.LongTensor,
+        seq_length: int,
+    ) -> torch.Tensor:
+        """`subword_ids`, `subword_attention_mask` and `subword_to_word` `(batch, subwords)` -> word features
+        `(batch, seq_length, feature hidden size)`; `subword_to_word` holds the position of each subword's word in
+        the word sequence (only read where the mask is 1)."""
+        states = self.encoder(input_ids=subword_ids, attention_mask=subword_attention_mask).last_hidden_state
+        positions = torch.arange(seq_length, device=subword_to_word.device)  # (seq,)
+        # membership[b, i, j]: subword j of sentence b belongs to word i
+        membership = (subword_to_word.unsqueeze(1) == positions[:, None]) & subword_attention_mask.bool().unsqueeze(1)
+        if self.first_subword_only:
+            membership = membership & (membership.cumsum(-1) == 1)  # (batch, seq, subwords)
+        weights = membership.to(states.dtype)
+        counts = weights.sum(-1, keepdim=True).clamp(min=1)  # (batch, seq, 1)
+        return torch.bmm(weights, states) / counts  # (batch, seq, feature hidden size)
+
+
 class SLSTMEmbeddings(nn.Module):
     r"""
     The word representations `x_i` the recurrence reads: the word embedding (or the given `inputs_embeds`), followed
-    with `config.use_char_features` by the word's character features ([`SLSTMCharCNN`]), then dropout over both.
+    with `config.use_char_features` by the word's character features ([`SLSTMCharCNN`]) and with a
+    `config.feature_encoder_config` by its pretrained encoder features ([`SLSTMSubwordFeatures`]), then dropout over
+    all of them.
 
     Args:
         config ([`SLSTMConfig`]): `vocab_size`, `embedding_dim`, `pad_token_id` (a zero, untrained row),
-            `embedding_dropout` and the character fields (`use_char_features`, `char_vocab_size`, ...) are read.
+            `embedding_dropout`, the character fields (`use_char_features`, `char_vocab_size`, ...) and the feature
+            fields (`feature_encoder_config`, ...) are read.
     """
 
     def __init__(self, config):
@@ -145,6 +240,7 @@ class SLSTMEmbeddings(nn.Module):
         self.output_dim = word_representation_dim(config)
         self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_dim, padding_idx=config.pad_token_id)
         self.char_encoder = SLSTMCharCNN(config) if config.use_char_features else None
+        self.subword_features = SLSTMSubwordFeatures(config) if config.feature_encoder_config is not None else None
         self.dropout = nn.Dropout(config.embedding_dropout)
 
     def forward(
@@ -152,10 +248,14 @@ class SLSTMEmbeddings(nn.Module):
         input_ids: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         char_ids: torch.LongTensor | None = None,
+        subword_ids: torch.LongTensor | None = None,
+        subword_attention_mask: torch.Tensor | None = None,
+        subword_to_word: torch.LongTensor | None = None,
     ) -> torch.Tensor:
         """Exactly one of `input_ids` `(batch, seq)` or `inputs_embeds` `(batch, seq, embedding_dim)` (the word
-        embedding part only), and with character features `char_ids` `(batch, seq, max_word_length)` ->
-        `(batch, seq, output_dim)`. `char_ids` are ignored without character features."""
+        embedding part only), with character features `char_ids` `(batch, seq, max_word_length)`, with encoder
+        features `subword_ids`, `subword_attention_mask` and `subword_to_word` `(batch, subwords)` ->
+        `(batch, seq, output_dim)`. Inputs of a feature the model does not have are ignored."""
         if (input_ids is None) == (inputs_embeds is None):
             given = "both" if input_ids is not None else "neither"
             raise ValueError(f"Pass exactly one of input_ids or inputs_embeds, got {given}")
@@ -176,8 +276,45 @@ class SLSTMEmbeddings(nn.Module):
             raise ValueError("The input sequence is empty (seq = 0); the encoder needs at least one token")
         if self.char_encoder is not None:
             chars = self.char_features(char_ids, inputs_embeds)  # (batch, seq, char_hidden_size)
-            inputs_embeds = torch.cat([inputs_embeds, chars], dim=-1)  # (batch, seq, output_dim)
+            inputs_embeds = torch.cat([inputs_embeds, chars], dim=-1)  # (batch, seq, embedding_dim + char features)
+        if self.subword_features is not None:
+            subword_inputs = self.checked_subword_inputs(
+                subword_ids, subword_attention_mask, subword_to_word, inputs_embeds
+            )
+            features = self.subword_features(*subword_inputs, inputs_embeds.shape[1]).to(inputs_embeds.dtype)
+            inputs_embeds = torch.cat([inputs_embeds, features], dim=-1)  # (batch, seq, output_dim)
         return self.dropout(inputs_embeds)
+
+    def checked_subword_inputs(
+        self,
+        subword_ids: torch.LongTensor | None,
+        subword_attention_mask: torch.Tensor | None,
+        subword_to_word: torch.LongTensor | None,
+        word_embeds: torch.Tensor,
+    ) -> tuple[torch.LongTensor, torch.Tensor, torch.LongTensor]:
+        """The three subword inputs, checked against each other and against the words `word_embeds`
+        `(batch, seq, ...)`."""
+        given = {"subword_ids": subword_ids, "subword_attention_mask": subword_attention_mask,
+                 "subword_to_word": subword_to_word}  # fmt: skip
+        missing = [name for name, value in given.items() if value is None]
+        if missing:
+            raise ValueError(
+                "This model reads a pretrained encoder's word features (config.feature_encoder_config is set): pass "
+                f"subword_ids, subword_attention_mask and subword_to_word of shape (batch, subwords), as an "
+                f"SLSTMTokenizer built with a subword_tokenizer returns them; missing: {', '.join(missing)}"
+            )
+        batch, seq = word_embeds.shape[:2]
+        for name, value in given.items():
+            if value.dim() != 2 or value.shape != subword_ids.shape or value.shape[0] != batch:
+                raise ValueError(
+                    f"{name} must have shape (batch, subwords) with batch = {batch} like the input and the shape of "
+                    f"subword_ids {tuple(subword_ids.shape)}, got {tuple(value.shape)}"
+                )
+        vocab_size = self.subword_features.encoder.get_input_embeddings().num_embeddings
+        check_values_in_range(subword_ids, vocab_size, "subword_ids", "the feature encoder's vocab_size")
+        attended = subword_to_word[subword_attention_mask.bool()]
+        check_values_in_range(attended, seq, "subword_to_word (where subword_attention_mask is 1)", "seq")
+        return subword_ids, subword_attention_mask, subword_to_word
 
     def char_features(self, char_ids: torch.LongTensor | None, word_embeds: torch.Tensor) -> torch.Tensor:
         """Checked `char_ids` `(batch, seq, max_word_length)` -> features `(batch, seq, char_hidden_size)` in the
@@ -505,6 +642,9 @@ class SLSTMModel(SLSTMPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         char_ids: torch.LongTensor | None = None,
+        subword_ids: torch.LongTensor | None = None,
+        subword_attention_mask: torch.Tensor | None = None,
+        subword_to_word: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
@@ -521,6 +661,11 @@ class SLSTMModel(SLSTMPreTrainedModel):
             char_ids (`torch.LongTensor` of shape `(batch, seq, max_word_length)`, *optional*): the character ids
                 of every token, as `SLSTMTokenizer` returns them (0 = padding). Required when
                 `config.use_char_features`, ignored otherwise.
+            subword_ids, subword_attention_mask, subword_to_word (`torch.LongTensor` of shape `(batch, subwords)`,
+                *optional*): the feature encoder's subword ids and mask, and the position in `input_ids` of the word
+                each subword belongs to (`<s>`/`</s>` for the encoder's framing tokens), as `SLSTMTokenizer` returns
+                them when built with a `subword_tokenizer`. Required when `config.feature_encoder_config` is set,
+                ignored otherwise.
             output_hidden_states (`bool`, *optional*): also return the word states `h^0 … h^T`.
             return_dict (`bool`, *optional*): return a [`BaseModelOutputWithPooling`] instead of a tuple.
 
@@ -533,7 +678,9 @@ class SLSTMModel(SLSTMPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        inputs_embeds = self.embeddings(input_ids, inputs_embeds, char_ids)  # (batch, seq, word_representation_dim)
+        inputs_embeds = self.embeddings(
+            input_ids, inputs_embeds, char_ids, subword_ids, subword_attention_mask, subword_to_word
+        )  # (batch, seq, word_representation_dim)
         batch, seq, _ = inputs_embeds.shape
         if attention_mask is not None and attention_mask.shape != (batch, seq):
             raise ValueError(
@@ -655,6 +802,9 @@ class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         char_ids: torch.LongTensor | None = None,
+        subword_ids: torch.LongTensor | None = None,
+        subword_attention_mask: torch.Tensor | None = None,
+        subword_to_word: torch.LongTensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -662,7 +812,8 @@ class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
     ) -> SequenceClassifierOutput | tuple:
         r"""
         Args:
-            input_ids, attention_mask, inputs_embeds, char_ids, output_hidden_states: as for [`SLSTMModel`].
+            input_ids, attention_mask, inputs_embeds, char_ids, subword_ids, subword_attention_mask, subword_to_word,
+                output_hidden_states: as for [`SLSTMModel`].
             labels (`torch.Tensor` of shape `(batch,)`, or `(batch, num_labels)` for multi-label / regression).
 
         Returns:
@@ -674,6 +825,9 @@ class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             char_ids=char_ids,
+            subword_ids=subword_ids,
+            subword_attention_mask=subword_attention_mask,
+            subword_to_word=subword_to_word,
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
@@ -845,6 +999,9 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         char_ids: torch.LongTensor | None = None,
+        subword_ids: torch.LongTensor | None = None,
+        subword_attention_mask: torch.Tensor | None = None,
+        subword_to_word: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
@@ -852,7 +1009,8 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
     ) -> TokenClassifierOutput | tuple:
         r"""
         Args:
-            input_ids, attention_mask, inputs_embeds, char_ids, output_hidden_states: as for [`SLSTMModel`].
+            input_ids, attention_mask, inputs_embeds, char_ids, subword_ids, subword_attention_mask, subword_to_word,
+                output_hidden_states: as for [`SLSTMModel`].
             labels (`torch.LongTensor` of shape `(batch, seq)`, *optional*): tag ids, -100 where there is no label.
             kwargs: `num_items_in_batch` from the Trainer (softmax head only).
 
@@ -871,6 +1029,9 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             char_ids=char_ids,
+            subword_ids=subword_ids,
+            subword_attention_mask=subword_attention_mask,
+            subword_to_word=subword_to_word,
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )

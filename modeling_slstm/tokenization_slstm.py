@@ -40,10 +40,17 @@ training words (their original spelling: case is kept even with `lowercase=True`
 longer than `max_word_length` characters keeps its first `max_word_length` characters; padding tokens have an
 all-zero row. The tokenizer's `pad` (hence `DataCollatorWithPadding` and `DataCollatorForTokenClassification`) pads
 `char_ids` along with `input_ids`.
+
+Subword inputs of a pretrained feature encoder (only for a tokenizer built with a `subword_tokenizer`, e.g. a
+BERT's): every sentence's words, as the word-level tokenizer split them, are also cut into the encoder's subwords
+with the encoder's own tokenizer (its framing `[CLS] ... [SEP]` included), giving `subword_ids`,
+`subword_attention_mask` and `subword_to_word` (per subword, the position of its word among the `input_ids`; the
+encoder's leading framing token maps to `<s>`, its closing one to `</s>`). They have their own length (a word may
+be many subwords) and are padded on the right with zeros, by the call itself and by `pad`.
 """
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 
 from tokenizers import Encoding, Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
@@ -64,6 +71,7 @@ SPECIAL_TOKENS = (PAD_TOKEN, UNK_TOKEN, BOS_TOKEN, EOS_TOKEN)
 # be taken for a character): padding (`CHAR_PAD_ID`), unknown character, and the rows of the boundary tokens.
 CHAR_UNK_ID = 1
 DEFAULT_MAX_WORD_LENGTH = 20
+SUBWORD_INPUT_NAMES = ("subword_ids", "subword_attention_mask", "subword_to_word")
 
 # `WordLevelTrainer` keeps only the 30000 most frequent words by default; the vocabulary size is meant to be
 # limited by `min_frequency` alone.
@@ -261,6 +269,13 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             The reserved entries `["<pad>", "<unk>", "<s>", "</s>"]` (ids 0 to 3), then one character per entry.
         max_word_length (`int`, *optional*, defaults to 20):
             Characters kept per word (the first ones); the width of the `char_ids` rows.
+        subword_tokenizer (`str`, *optional*):
+            A feature encoder's tokenizer, serialised by `tokenizers` (`Tokenizer.to_str()`): with it the tokenizer
+            also returns `subword_ids`, `subword_attention_mask` and `subword_to_word` (see the module docstring).
+            Its own truncation and padding settings are switched off: nothing is cut silently.
+        subword_max_length (`int`, *optional*):
+            The most subwords (framing included) the feature encoder reads; a longer sentence raises a `ValueError`
+            naming it.
         kwargs:
             The arguments of `PreTrainedTokenizerFast` (`tokenizer_object` or `tokenizer_file`, special tokens,
             `model_max_length`, ...). `split_special_tokens` defaults to `True`: the text's own `<s>` is a word.
@@ -269,7 +284,13 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
     model_input_names = ["input_ids", "attention_mask", "char_ids"]
 
     def __init__(
-        self, *args, char_vocabulary: list[str] | None = None, max_word_length: int = DEFAULT_MAX_WORD_LENGTH, **kwargs
+        self,
+        *args,
+        char_vocabulary: list[str] | None = None,
+        max_word_length: int = DEFAULT_MAX_WORD_LENGTH,
+        subword_tokenizer: str | None = None,
+        subword_max_length: int | None = None,
+        **kwargs,
     ):
         if char_vocabulary is None or list(char_vocabulary[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
             raise ValueError(
@@ -280,10 +301,19 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         if not isinstance(max_word_length, int) or max_word_length < 1:
             raise ValueError(f"Expected max_word_length to be an integer >= 1, got {max_word_length!r}.")
         kwargs.setdefault("split_special_tokens", True)
+        if subword_tokenizer is not None:
+            kwargs.update(subword_tokenizer=subword_tokenizer, subword_max_length=subword_max_length)
         super().__init__(*args, char_vocabulary=list(char_vocabulary), max_word_length=max_word_length, **kwargs)
         self.char_vocabulary = list(char_vocabulary)
         self.max_word_length = max_word_length
         self._char_ids = {character: index for index, character in enumerate(self.char_vocabulary)}
+        self.subword_backend = None
+        self.subword_max_length = subword_max_length
+        if subword_tokenizer is not None:
+            self.subword_backend = Tokenizer.from_str(subword_tokenizer)
+            self.subword_backend.no_truncation()
+            self.subword_backend.no_padding()
+            self.model_input_names = [*type(self).model_input_names, *SUBWORD_INPUT_NAMES]
 
     @classmethod
     def convert_to_native_format(cls, trust_remote_code=False, **kwargs):
@@ -316,28 +346,83 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         finally:
             self.backend_tokenizer.pre_tokenizer = pre_tokenizer
 
-    def _token_spellings(self, encoding: Encoding, sentences: tuple, is_split_into_words: bool) -> list[list[int]]:
-        """The `char_ids` rows of one encoded (possibly padded) sequence.
+    def _token_texts(self, encoding: Encoding, sentences: tuple, is_split_into_words: bool) -> list[str | None]:
+        """The text of every word token of one encoded (possibly padded) sequence, as given (before any
+        lower-casing); `None` for the framing tokens and padding.
 
         Args:
             encoding (`tokenizers.Encoding`): the backend's encoding of the sentence (or pair).
             sentences (`tuple`): the sentence and the pair sentence (or `None`), as given.
             is_split_into_words (`bool`): whether the sentences are word lists (offsets are then within a word).
         """
-        rows = []
-        for token, word_index, sequence_index, (start, end), attended in zip(
-            encoding.tokens, encoding.word_ids, encoding.sequence_ids, encoding.offsets, encoding.attention_mask
+        texts = []
+        for word_index, sequence_index, (start, end), attended in zip(
+            encoding.word_ids, encoding.sequence_ids, encoding.offsets, encoding.attention_mask
         ):
+            if not attended or sequence_index is None:
+                texts.append(None)
+                continue
+            source = sentences[sequence_index]
+            if is_split_into_words:
+                source = source[word_index]
+            texts.append(source[start:end])
+        return texts
+
+    def _token_spellings(self, encoding: Encoding, texts: list[str | None]) -> list[list[int]]:
+        """The `char_ids` rows of one encoded sequence whose word tokens read `texts` (`_token_texts`)."""
+        rows = []
+        for token, text, attended in zip(encoding.tokens, texts, encoding.attention_mask):
             if not attended:
                 rows.append([CHAR_PAD_ID] * self.max_word_length)
-            elif sequence_index is None:  # `<s>` / `</s>` added by the framing
+            elif text is None:  # `<s>` / `</s>` added by the framing
                 rows.append(self._reserved_row(token))
             else:
-                source = sentences[sequence_index]
-                if is_split_into_words:
-                    source = source[word_index]
-                rows.append(self.spell(source[start:end]))
+                rows.append(self.spell(text))
         return rows
+
+    def _subword_row(
+        self, encoding: Encoding, texts: list[str | None], add_special_tokens: bool, sentence_index: int
+    ) -> tuple[list[int], list[int]]:
+        """The feature encoder's `subword_ids` of one encoded sequence whose word tokens read `texts`, and the
+        `subword_to_word` position of each: its word's, or for the encoder's own framing tokens that of `<s>`
+        (before the words) or `</s>` (after them)."""
+        word_positions = [position for position, text in enumerate(texts) if text is not None]
+        framing = [
+            position
+            for position, (special, attended) in enumerate(zip(encoding.special_tokens_mask, encoding.attention_mask))
+            if special and attended
+        ]
+        subwords = self.subword_backend.encode(
+            [texts[position] for position in word_positions],
+            is_pretokenized=True,
+            add_special_tokens=add_special_tokens,
+        )
+        if self.subword_max_length is not None and len(subwords.ids) > self.subword_max_length:
+            raise ValueError(
+                f"Sentence {sentence_index} is {len(subwords.ids)} subwords long for the feature encoder, which reads "
+                f"at most {self.subword_max_length}: shorten it (e.g. truncation=True with a smaller max_length)"
+            )
+        # Without words only the first framing token leads.
+        first_word = next((j for j, word in enumerate(subwords.word_ids) if word is not None), 1)
+        to_word = []
+        for j, word in enumerate(subwords.word_ids):
+            if word is not None:
+                to_word.append(word_positions[word])
+            elif not framing:
+                raise ValueError(
+                    "The feature encoder's tokenizer adds framing tokens but the sentence has no <s>/</s> to map them "
+                    "to: call the tokenizer with add_special_tokens=True"
+                )
+            else:
+                to_word.append(framing[0] if j < first_word else framing[-1])
+        return subwords.ids, to_word
+
+    @staticmethod
+    def _padded_subword_columns(columns: Mapping[str, Sequence[Sequence[int]]]) -> dict[str, list[list[int]]]:
+        """The subword inputs of a batch (`SUBWORD_INPUT_NAMES` -> one row per sentence), padded on the right with
+        zeros to the longest row."""
+        width = max((len(ids) for ids in columns["subword_ids"]), default=0)
+        return {name: [list(row) + [0] * (width - len(row)) for row in columns[name]] for name in SUBWORD_INPUT_NAMES}
 
     def _reserved_row(self, token: str) -> list[int]:
         """The fixed `char_ids` row of a framing token: its reserved character id, then padding."""
@@ -368,6 +453,11 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         # instead of an error that would fail a whole batch of texts.
         aligns_to_text = bool(kwargs.get("return_offsets_mapping") and kwargs.get("return_special_tokens_mask"))
         _check_sentences(texts, is_split_into_words, allow_empty_text=aligns_to_text)
+        if pairs is not None and self.subword_backend is not None:
+            raise ValueError(
+                "Sentence pairs are not supported with a feature encoder's subwords (subword_tokenizer): pass single "
+                "sentences"
+            )
         if isinstance(pairs, (list, tuple)):
             _check_sentences(pairs, is_split_into_words, allow_empty_text=aligns_to_text)
 
@@ -382,12 +472,25 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
                 **kwargs,
             )
         samples = encoded.get("overflow_to_sample_mapping", range(len(encoded.encodings)))
-        char_ids = []
+        char_ids, subword_rows = [], []
         for row, (encoding, sample) in enumerate(zip(encoded.encodings, samples)):
             sentences = (texts[sample], None if pairs is None else pairs[sample])
-            char_ids.append(self._token_spellings(encoding, sentences, is_split_into_words))
+            token_texts = self._token_texts(encoding, sentences, is_split_into_words)
+            char_ids.append(self._token_spellings(encoding, token_texts))
+            if self.subword_backend is not None:
+                add_special_tokens = kwargs.get("add_special_tokens", True)
+                subword_rows.append(self._subword_row(encoding, token_texts, add_special_tokens, sample))
             self._unmark_literal_special_tokens(encoded["input_ids"][row], encoding)
         encoded["char_ids"] = char_ids
+        if self.subword_backend is not None:
+            columns = {
+                "subword_ids": [ids for ids, _ in subword_rows],
+                "subword_attention_mask": [[1] * len(ids) for ids, _ in subword_rows],
+                "subword_to_word": [to_word for _, to_word in subword_rows],
+            }
+            if kwargs.get("padding_strategy", PaddingStrategy.DO_NOT_PAD) != PaddingStrategy.DO_NOT_PAD:
+                columns = self._padded_subword_columns(columns)
+            encoded.update(columns)
 
         if not batched and return_tensors is None and not return_overflowing_tokens:
             single = {
@@ -395,6 +498,23 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             }
             return BatchEncoding(single, encoded.encodings)
         return encoded.convert_to_tensors(return_tensors)
+
+    def pad(self, encoded_inputs, *args, **kwargs) -> BatchEncoding:
+        """`PreTrainedTokenizerBase.pad`, with the subword inputs (which have their own length) first padded on the
+        right with zeros to the batch's longest."""
+        if isinstance(encoded_inputs, (list, tuple)) and encoded_inputs and isinstance(encoded_inputs[0], Mapping):
+            if SUBWORD_INPUT_NAMES[0] in encoded_inputs[0]:
+                columns = {name: [example[name] for example in encoded_inputs] for name in SUBWORD_INPUT_NAMES}
+                columns = self._padded_subword_columns(columns)
+                encoded_inputs = [
+                    {**example, **{name: columns[name][row] for name in SUBWORD_INPUT_NAMES}}
+                    for row, example in enumerate(encoded_inputs)
+                ]
+        elif isinstance(encoded_inputs, Mapping) and SUBWORD_INPUT_NAMES[0] in encoded_inputs:
+            rows = encoded_inputs[SUBWORD_INPUT_NAMES[0]]
+            if rows and isinstance(rows[0], (list, tuple)):  # a batch, not one sentence
+                encoded_inputs = {**encoded_inputs, **self._padded_subword_columns(encoded_inputs)}
+        return super().pad(encoded_inputs, *args, **kwargs)
 
     def _pad(
         self,
@@ -406,7 +526,7 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         return_attention_mask: bool | None = None,
     ) -> dict:
         """Pads one encoded sentence like `PreTrainedTokenizerBase._pad`, and its `char_ids` with all-zero rows on
-        the same side."""
+        the same side; padding on the left moves the words, and `subword_to_word` with them."""
         length = len(encoded_inputs[self.model_input_names[0]])
         encoded_inputs = super()._pad(
             encoded_inputs, max_length, padding_strategy, pad_to_multiple_of, padding_side, return_attention_mask
@@ -418,6 +538,10 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             padding = [[CHAR_PAD_ID] * width for _ in range(added)]
             side = padding_side if padding_side is not None else self.padding_side
             encoded_inputs["char_ids"] = rows + padding if side == "right" else padding + rows
+            if side == "left" and "subword_to_word" in encoded_inputs:  # the words moved right
+                encoded_inputs["subword_to_word"] = [
+                    position + added for position in encoded_inputs["subword_to_word"]
+                ]
         return encoded_inputs
 
 
@@ -429,6 +553,7 @@ def build_word_tokenizer(
     model_max_length: int = VERY_LARGE_INTEGER,
     max_word_length: int = DEFAULT_MAX_WORD_LENGTH,
     min_char_frequency: int = 1,
+    subword_tokenizer: PreTrainedTokenizerFast | None = None,
 ) -> SLSTMTokenizer:
     """Builds a word-level tokenizer, with its character vocabulary, from training sentences, optionally united with a
     pretrained-vector vocabulary.
@@ -458,6 +583,10 @@ def build_word_tokenizer(
         min_char_frequency (`int`, *optional*, defaults to 1):
             Minimum number of occurrences in the training words for a character to get its own id; rarer
             characters share the unknown-character id 1.
+        subword_tokenizer (`PreTrainedTokenizerFast`, *optional*):
+            The tokenizer of a pretrained feature encoder (e.g. `AutoTokenizer.from_pretrained` of a BERT folder):
+            the tokenizer then also returns that encoder's subword inputs (see the module docstring), and saves the
+            subword tokenizer with itself. Its `model_max_length` bounds the subwords of a sentence.
 
     Returns:
         [`SLSTMTokenizer`]: The tokenizer. Call it with `is_split_into_words=True` on pre-split words (one token per
@@ -495,6 +624,8 @@ def build_word_tokenizer(
         bos_token=BOS_TOKEN,
         eos_token=EOS_TOKEN,
         model_max_length=model_max_length,
+        subword_tokenizer=None if subword_tokenizer is None else subword_tokenizer.backend_tokenizer.to_str(),
+        subword_max_length=None if subword_tokenizer is None else subword_tokenizer.model_max_length,
     )
 
 

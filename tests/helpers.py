@@ -112,3 +112,34 @@ def pad_spellings(sentences, side: str = "right", width: int | None = None) -> t
     width = width if width is not None else max(len(word) for sentence in sentences for word in sentence)
     rows = [[word + [0] * (width - len(word)) for word in sentence] for sentence in sentences]
     return pad(rows, side, value=[0] * width)[0]
+
+
+def save_tiny_encoder(folder) -> str:
+    """Saves a tiny randomly initialised BERT (2 layers, hidden 8) and its uncased WordPiece tokenizer into `folder`
+    as `AutoModel` / `AutoTokenizer` load them, and returns the folder. The vocabulary holds every lower-case letter
+    with and without `##` and a few longer pieces, so any lower-case word is cut into pieces, often many
+    (`"unbelievable"` -> `un ##bel ##iev ##able`, `"zq"` -> `z ##q`)."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    letters = [chr(code) for code in range(ord("a"), ord("z") + 1)]
+    pieces = ["un", "##bel", "##iev", "##able", "the", "cat", "new", "york", "##s", ".", ",", "'"]
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *(f"##{c}" for c in letters), *pieces]
+    backend = Tokenizer(models.WordPiece({piece: i for i, piece in enumerate(vocabulary)}, unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]", model_max_length=64,
+    )  # fmt: skip
+    config = BertConfig(
+        vocab_size=len(vocabulary), hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16,
+        max_position_embeddings=64, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)

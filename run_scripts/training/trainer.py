@@ -257,20 +257,33 @@ class SLSTMTrainer(Trainer):
         return self.lr_scheduler
 
     def create_optimizer(self, model=None) -> torch.optim.Optimizer:
-        """With `--l2_regularization`: the paper's Adam with coupled L2 (`torch.optim.Adam(weight_decay=...)` adds the
-        coefficient times each weight to its gradient), the word embeddings in a group without it unless
-        `--l2_include_word_embeddings`; otherwise the Trainer's optimizer."""
-        l2 = getattr(self.args, "l2_regularization", None)
-        if l2 is None or self.optimizer is not None:
+        """The Trainer's optimizer, except: with `--l2_regularization`, the paper's Adam with coupled L2
+        (`torch.optim.Adam(weight_decay=...)` adds the coefficient times each weight to its gradient), the word
+        embeddings in a group without it unless `--l2_include_word_embeddings`; with
+        `--feature_encoder_learning_rate`, the trainable feature-encoder weights in groups of their own with that
+        learning rate."""
+        l2 = self.args.l2_regularization
+        encoder_learning_rate = self.args.feature_encoder_learning_rate
+        if self.optimizer is not None or (l2 is None and encoder_learning_rate is None):
             return super().create_optimizer(model)
         model = self.model if model is None else model
-        if self.args.optim not in (OptimizerNames.ADAMW_TORCH, OptimizerNames.ADAMW_TORCH_FUSED):
-            logger.warning(f"--l2_regularization trains with torch.optim.Adam: --optim {self.args.optim} is not used")
-        groups = l2_parameter_groups(model, l2, self.args.l2_include_word_embeddings)
-        self.optimizer = torch.optim.Adam(
-            groups, lr=self.args.learning_rate, betas=(self.args.adam_beta1, self.args.adam_beta2),
-            eps=self.args.adam_epsilon,
-        )  # fmt: skip
+        if l2 is not None:
+            if self.args.optim not in (OptimizerNames.ADAMW_TORCH, OptimizerNames.ADAMW_TORCH_FUSED):
+                logger.warning(
+                    f"--l2_regularization trains with torch.optim.Adam: --optim {self.args.optim} is not used"
+                )
+            groups = l2_parameter_groups(model, l2, self.args.l2_include_word_embeddings)
+            optimizer_class = torch.optim.Adam
+            optimizer_kwargs = {"lr": self.args.learning_rate, "betas": (self.args.adam_beta1, self.args.adam_beta2),
+                                "eps": self.args.adam_epsilon}  # fmt: skip
+        else:
+            optimizer_class, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, model)
+            groups = weight_decay_parameter_groups(
+                model, self.get_decay_parameter_names(model), self.args.weight_decay
+            )
+        if encoder_learning_rate is not None:
+            groups = with_feature_encoder_learning_rate(model, groups, encoder_learning_rate)
+        self.optimizer = optimizer_class(groups, **optimizer_kwargs)
         return self.optimizer
 
     def create_model_card(self, model_name: str | None = None, **kwargs):
@@ -348,6 +361,31 @@ def l2_parameter_groups(model: torch.nn.Module, coefficient: float, include_word
         {"params": [p for p in trainable if p is exempt], "weight_decay": 0.0},
     ]
     return [group for group in groups if group["params"]]
+
+
+def weight_decay_parameter_groups(model: torch.nn.Module, decay_names: list[str], weight_decay: float) -> list[dict]:
+    """The Trainer's own two groups: trainable parameters named in `decay_names` with `weight_decay`, the others
+    (biases, norms) without."""
+    trainable = [(name, parameter) for name, parameter in model.named_parameters() if parameter.requires_grad]
+    groups = [
+        {"params": [p for name, p in trainable if name in decay_names], "weight_decay": weight_decay},
+        {"params": [p for name, p in trainable if name not in decay_names], "weight_decay": 0.0},
+    ]
+    return [group for group in groups if group["params"]]
+
+
+def with_feature_encoder_learning_rate(model: torch.nn.Module, groups: list[dict], learning_rate: float) -> list[dict]:
+    """`groups` with the feature encoder's parameters (`model.base_model.embeddings.subword_features`) moved into
+    copies of their groups that set `lr` to `learning_rate`."""
+    features = getattr(model.base_model.embeddings, "subword_features", None)
+    if features is None:
+        raise ValueError("--feature_encoder_learning_rate is set but the model has no feature encoder")
+    encoder = {id(parameter) for parameter in features.parameters()}
+    split = []
+    for group in groups:
+        split.append({**group, "params": [p for p in group["params"] if id(p) not in encoder]})
+        split.append({**group, "params": [p for p in group["params"] if id(p) in encoder], "lr": learning_rate})
+    return [group for group in split if group["params"]]
 
 
 def format_metrics_table(metrics: dict) -> str:
