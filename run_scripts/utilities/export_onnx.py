@@ -10,7 +10,8 @@ character features). The check runs the file on sentences of another batch size 
 padding, and prints the largest difference from PyTorch at real positions; for a CRF tagger it also requires the same
 Viterbi path (the argmax of its logits). It fails (exit status 1) beyond `--tolerance`.
 
-Inputs of the ONNX graph: `input_ids`, `attention_mask` (and `char_ids`), int64, as the saved tokenizer returns them
+Inputs of the ONNX graph: `input_ids`, `attention_mask` (and `char_ids`; and `subword_ids`, `subword_attention_mask`,
+`subword_to_word` for a model with a feature encoder), int64, as the saved tokenizer returns them
 with `return_tensors="np"`; outputs: `logits` for task models, `last_hidden_state` and `pooler_output` for the encoder.
 A CRF graph handles up to `modeling_slstm.crf.MAX_TRACED_LENGTH` tokens per sentence.
 """
@@ -28,6 +29,7 @@ from transformers import (
     AutoTokenizer,
 )
 
+from modeling_slstm.tokenization_slstm import SUBWORD_INPUT_NAMES
 from run_scripts.training.arguments import parse_arguments
 
 # Sentences to trace the export with, and different ones (more of them, other lengths) to check it on.
@@ -60,11 +62,20 @@ class NamedOutputs(nn.Module):
         self.names = names
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, char_ids: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        char_ids: torch.Tensor | None = None,
+        subword_ids: torch.Tensor | None = None,
+        subword_attention_mask: torch.Tensor | None = None,
+        subword_to_word: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        """`(batch, seq)`, `(batch, seq)`, `(batch, seq, word_width)` -> the `names` outputs."""
-        char_inputs = {} if char_ids is None else {"char_ids": char_ids}
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, **char_inputs, return_dict=True)
+        """`(batch, seq)`, `(batch, seq)`, `(batch, seq, word_width)`, then the feature encoder's three
+        `(batch, subwords)` inputs -> the `names` outputs. Inputs the model does not read are left out."""
+        given = {"char_ids": char_ids, "subword_ids": subword_ids, "subword_attention_mask": subword_attention_mask,
+                 "subword_to_word": subword_to_word}  # fmt: skip
+        optional = {name: value for name, value in given.items() if value is not None}
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, **optional, return_dict=True)
         return tuple(outputs[name] for name in self.names)
 
 
@@ -96,14 +107,19 @@ def encode(tokenizer, sentences: list[str]) -> dict[str, torch.Tensor]:
 
 
 def dynamic_shapes(inputs: dict[str, torch.Tensor]) -> dict[str, dict]:
-    """Batch and sequence length dynamic for every input, the word width too for `char_ids`. The length is bounded
-    by what a traced CRF handles (see `crf.MAX_TRACED_LENGTH`)."""
+    """Batch and sequence length dynamic for every input, the word width too for `char_ids`, the number of subwords
+    for the feature encoder's inputs. The length is bounded by what a traced CRF handles (see
+    `crf.MAX_TRACED_LENGTH`)."""
     from modeling_slstm.crf import MAX_TRACED_LENGTH
 
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=MAX_TRACED_LENGTH)
     shapes = {name: {0: batch, 1: seq} for name in inputs}
     if "char_ids" in inputs:
         shapes["char_ids"] = {0: batch, 1: seq, 2: torch.export.Dim("word_width")}
+    subwords = torch.export.Dim("subwords")
+    for name in SUBWORD_INPUT_NAMES:
+        if name in inputs:
+            shapes[name] = {0: batch, 1: subwords}
     return shapes
 
 

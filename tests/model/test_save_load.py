@@ -9,8 +9,24 @@ import sysconfig
 
 import pytest
 import torch
-from helpers import build, char_settings, pad, pad_spellings, random_ids, random_spellings, tagger_config, tiny_config
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+from helpers import (
+    build,
+    char_settings,
+    pad,
+    pad_spellings,
+    random_ids,
+    random_spellings,
+    save_tiny_encoder,
+    tagger_config,
+    tiny_config,
+)  # fmt: skip
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)  # fmt: skip
 
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
@@ -104,7 +120,8 @@ if "text" in data:  # the tokenizer saved with the checkpoint, from its copied c
     assert type(tokenizer).__name__ == "SLSTMTokenizer", type(tokenizer)
     assert sys.modules[type(tokenizer).__module__].__file__.startswith(module_cache)
     encoded = tokenizer(data.pop("text"), return_tensors="pt")
-    for key in ("input_ids", "attention_mask", "char_ids"):
+    assert encoded.keys() == data.keys() - {"logits"}, (encoded.keys(), data.keys())
+    for key in encoded:
         assert torch.equal(encoded[key], data[key]), key
 expected = data.pop("logits")
 with torch.no_grad():
@@ -195,3 +212,24 @@ def test_the_saved_auto_map_names_every_auto_class_of_the_package():
     assert AUTO_MAP == expected
     for name, model_class in AUTO_CLASSES.items():
         assert model_class._auto_class == name
+
+
+def test_feature_encoder_model_in_a_fresh_process_without_the_package(tmp_path):
+    """A model with a pretrained encoder's word features (a tiny BERT inside the checkpoint) and its tokenizer (the
+    encoder's subword tokenizer inside), loaded with `trust_remote_code=True` where the package cannot be imported:
+    raw text gives the same subword inputs and logits."""
+    encoder_folder = save_tiny_encoder(tmp_path / "tiny_bert")
+    tokenizer = build_word_tokenizer(
+        [["New", "York", ",", "unbelievable", "."]], subword_tokenizer=AutoTokenizer.from_pretrained(encoder_folder)
+    )
+    config = tagger_config(
+        vocab_size=len(tokenizer), use_crf=True, feature_encoder_config=AutoConfig.from_pretrained(encoder_folder)
+    )
+    model = SLSTMForTokenClassification(config).eval()
+    model.save_pretrained(tmp_path / "checkpoint")
+    tokenizer.save_pretrained(tmp_path / "checkpoint")
+    text = "Unbelievable: New York, 1996."
+    data = dict(tokenizer(text, return_tensors="pt"))
+    with torch.no_grad():
+        data["logits"] = model(**data).logits
+    run_without_the_package(tmp_path, tmp_path / "checkpoint", dict(data, text=text))

@@ -2,7 +2,8 @@
 on a new, padded batch (logits within 1e-4 at real positions; the CRF's Viterbi path identical)."""
 
 import pytest
-from helpers import build, tagger_config, tiny_config
+from helpers import build, save_tiny_encoder, tagger_config, tiny_config
+from transformers import AutoConfig, AutoTokenizer
 
 from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
@@ -29,13 +30,20 @@ MODELS = {
         tagger_config,
         {"use_crf": True, "head_tag_scheme": "BIOES", "use_char_features": True, "char_dropout": 0.0},
     ),
+    "crf_tagger_feature_encoder": (SLSTMForTokenClassification, tagger_config, {"use_crf": True}),
 }
 
 
 def saved_model(directory, name: str):
-    """A random tiny model of kind `name` with a tokenizer of `WORDS`, saved as a training script saves one."""
+    """A random tiny model of kind `name` with a tokenizer of `WORDS`, saved as a training script saves one; a
+    `feature_encoder` model reads a tiny random BERT's word features."""
     model_class, make_config, settings = MODELS[name]
-    tokenizer = build_word_tokenizer(WORDS)
+    subword_tokenizer = None
+    if name == "crf_tagger_feature_encoder":
+        encoder_folder = save_tiny_encoder(directory.parent / "tiny_bert")
+        subword_tokenizer = AutoTokenizer.from_pretrained(encoder_folder)
+        settings = {**settings, "feature_encoder_config": AutoConfig.from_pretrained(encoder_folder)}
+    tokenizer = build_word_tokenizer(WORDS, subword_tokenizer=subword_tokenizer)
     config = make_config(**settings)
     update_config_from_tokenizer(config, tokenizer)
     model = build(model_class, config)
