@@ -113,14 +113,15 @@ def main():
 
     # Model: a saved checkpoint with its labels, or a fresh one from a config with the config's training recipe.
     training_recipe = {}
+    label_splits = raw.values() if data_args.include_eval_labels or "train" not in raw else [raw["train"]]
+    data_labels = sorted({e["label"] for split in label_splits for e in split})
     if model_args.model_name_or_path:
-        tokenizer, model = load_checkpoint(model_args, AutoModelForSequenceClassification)
+        tokenizer, model = load_checkpoint(model_args, AutoModelForSequenceClassification, lambda: data_labels)
         label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
     else:
         if "train" not in raw:
             raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
-        label_splits = raw.values() if data_args.include_eval_labels else [raw["train"]]
-        label_list = sorted({e["label"] for split in label_splits for e in split})
+        label_list = data_labels
         config, recipe = load_fresh_config(model_args)
         source = model_args.config_name or "the default SLSTMConfig"
         training_recipe = apply_training_recipe(training_args, given, config, recipe, source)

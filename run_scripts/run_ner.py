@@ -208,7 +208,13 @@ def main():
     # trained in BIOES keeps IOB2 labels, which `pipeline("token-classification")` groups correctly, and trains and
     # decodes in BIOES inside its head (`head_tag_scheme`).
     if model_args.model_name_or_path:
-        tokenizer, model = load_checkpoint(model_args, AutoModelForTokenClassification)
+        # A pretrained encoder without task labels gets a head for the data's labels (IOB2 for spans), from the
+        # training data when there is some.
+        def data_labels() -> list[str]:
+            include_eval = data_args.include_eval_labels or "train" not in raw
+            return fresh_label_list(raw, include_eval, data_scheme, "IOB2" if span_task else None, span_task)
+
+        tokenizer, model = load_checkpoint(model_args, AutoModelForTokenClassification, data_labels)
         label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
         label_scheme = (label_set_scheme(label_list) or data_scheme) if span_task else None
         train_scheme = check_continued_scheme(train_scheme, label_scheme, model.config, model_args.model_name_or_path)

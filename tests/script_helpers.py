@@ -53,6 +53,18 @@ def run_args(output_dir, paths: dict | None = None, **options) -> list[str]:
     return cli(**(defaults | options))
 
 
+def write_generated_classification(directory: Path, n: int = 24) -> dict[str, Path]:
+    """A toy polarity task as `text ||| label` files (train, validation, test), separable by one word."""
+    paths = {}
+    for split in ("train", "validation", "test"):
+        paths[split] = directory / f"{split}.txt"
+        lines = [
+            f"a {'great' if i % 2 else 'awful'} film number {i} ||| {'pos' if i % 2 else 'neg'}" for i in range(n)
+        ]
+        paths[split].write_text("\n".join(lines) + "\n\n")
+    return paths
+
+
 def write_generated_ner(directory: Path, n_train=40, n_eval=12, seed=0, tab=True, n_test=None) -> dict[str, Path]:
     """A tiny generated NER corpus in IOB2: names after 'Mr', cities after 'in'."""
     rng = random.Random(seed)

@@ -15,6 +15,7 @@ import logging
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import datasets
@@ -28,6 +29,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 import baselines  # registers the baseline encoders with the Auto classes: their configs train here too
 from modeling_slstm import SLSTMConfig, cpu_matmul
 from modeling_slstm.configuration_slstm import validate_feature_settings
+from modeling_slstm.modeling_slstm import are_placeholders
 from modeling_slstm.pretrained_vectors import format_coverage, initialize_embeddings, load_word_vectors
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 
@@ -133,14 +135,23 @@ def checkpoint_problem(folder: Path) -> str | None:
     return None
 
 
-def load_checkpoint(model_args, auto_model_class) -> tuple:
-    """The tokenizer and model saved at `--model_name_or_path` (the tokenizer of `--tokenizer_name` if given)."""
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name or model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
-    )
-    model = auto_model_class.from_pretrained(
-        model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
-    )
+def load_checkpoint(model_args, auto_model_class, data_labels: Callable[[], list[str]]) -> tuple:
+    """The tokenizer and model saved at `--model_name_or_path` (the tokenizer of `--tokenizer_name` if given).
+
+    A checkpoint without task labels (its `id2label` holds only the `LABEL_i` placeholders: a pretrained encoder
+    such as a BERT folder) gets a new task head for the labels of the data, `data_labels()`, as transformers' example
+    scripts fine-tune one; a checkpoint with labels keeps them.
+    """
+    path, trust_remote_code = model_args.model_name_or_path, model_args.trust_remote_code
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or path, trust_remote_code=trust_remote_code)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    labels = {}
+    if are_placeholders(tuple(config.id2label[index] for index in range(config.num_labels))):
+        label_list = data_labels()
+        labels = {"num_labels": len(label_list), "id2label": dict(enumerate(label_list)),
+                  "label2id": {label: index for index, label in enumerate(label_list)}}  # fmt: skip
+        logger.info(f"{path} has no task labels: a new {auto_model_class.__name__} head for {label_list}")
+    model = auto_model_class.from_pretrained(path, trust_remote_code=trust_remote_code, **labels)
     if model_args.embeddings:
         logger.warning("--embeddings is ignored when continuing from --model_name_or_path")
     return tokenizer, model

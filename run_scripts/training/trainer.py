@@ -398,7 +398,8 @@ def format_metrics_table(metrics: dict) -> str:
 
 def model_description(config) -> dict:
     """The model card's lines that depend on the model: what it is, and how its code reaches a user. An S-LSTM
-    checkpoint carries its code (`trust_remote_code`); a baseline's code is the repository's `baselines` package."""
+    checkpoint carries its code (`trust_remote_code`); a baseline's code is the repository's `baselines` package; a
+    fine-tuned pretrained encoder (`--model_name_or_path` of a BERT folder) is transformers' own."""
     if config.model_type == "slstm_baseline_encoder":
         encoder = {"bilstm": "BiLSTM", "cnn": "CNN", "transformer": "Transformer"}[config.encoder_type]
         name = f"{config.num_layers}-layer {encoder} baseline"
@@ -408,6 +409,13 @@ def model_description(config) -> dict:
             "package of the modeling_slstm repository is installed (`import baselines` registers it with the Auto "
             "classes).",
             "code_tag": "- baseline",
+        }
+    if config.model_type != "sentence_state_lstm":  # a pretrained encoder fine-tuned with a new head
+        return {
+            "model_description": f"A fine-tuned **{config.model_type}** encoder (the baseline a pretrained encoder "
+            "gives, compared with the Sentence-State LSTM of Zhang, Liu & Song, ACL 2018)",
+            "loading_note": "It loads with the Auto classes of transformers, no custom code.",
+            "code_tag": "- fine-tuned",
         }
     return {
         "model_description": "A **Sentence-State LSTM** (S-LSTM; Zhang, Liu & Song, ACL 2018)",

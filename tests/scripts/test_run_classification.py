@@ -1,7 +1,13 @@
 """run_scripts/run_classification.py end to end on generated files and on slices of the shared data."""
 
 import pytest
-from script_helpers import assert_classification_scores_match, read_json, run_args, run_main
+from script_helpers import (
+    assert_classification_scores_match,
+    read_json,
+    run_args,
+    run_main,
+    write_generated_classification,
+)  # fmt: skip
 
 from run_scripts.training import data
 
@@ -10,20 +16,9 @@ def cls_args(output_dir, paths=None, **options):
     return run_args(output_dir, paths, config_name="hub_configs/slstm-classification.json", **options)
 
 
-def generated_files(tmp_path, n=24):
-    paths = {}
-    for split in ("train", "validation", "test"):
-        paths[split] = tmp_path / f"{split}.txt"
-        lines = [
-            f"a {'great' if i % 2 else 'awful'} film number {i} ||| {'pos' if i % 2 else 'neg'}" for i in range(n)
-        ]
-        paths[split].write_text("\n".join(lines) + "\n\n")
-    return paths
-
-
 @pytest.mark.slow
 def test_generated_text_label_files(tmp_path, monkeypatch):
-    paths = generated_files(tmp_path)
+    paths = write_generated_classification(tmp_path)
     out = tmp_path / "out"
     run_main_args = cls_args(out, paths, num_train_epochs=4, lr_decay_per_epoch=0.97, eval_strategy="epoch")
     run_main("run_classification", run_main_args, monkeypatch)
@@ -114,7 +109,7 @@ def test_apparel_slice(tmp_path, monkeypatch, shared_data):
 
 
 def test_bad_inputs(tmp_path, monkeypatch):
-    paths = generated_files(tmp_path)
+    paths = write_generated_classification(tmp_path)
     with pytest.raises(FileNotFoundError, match="nothere"):
         run_main("run_classification", cls_args(tmp_path / "o", {"train": tmp_path / "nothere"}), monkeypatch)
     (tmp_path / "empty.txt").write_text("")

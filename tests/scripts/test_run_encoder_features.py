@@ -6,11 +6,20 @@ import pytest
 import torch
 from helpers import BIO_LABELS, save_tiny_encoder, tiny_config
 from safetensors.torch import load_file
-from script_helpers import assert_tag_scores_match, run_args, run_main, write_generated_ner
+from script_helpers import (
+    assert_classification_scores_match,
+    assert_tag_scores_match,
+    read_json,
+    run_args,
+    run_main,
+    write_generated_classification,
+    write_generated_ner,
+)  # fmt: skip
 from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer, pipeline
 
 from baselines import BaselineEncoderConfig, BaselineForSequenceClassification
 from modeling_slstm import SLSTMForTokenClassification
+from run_scripts.training import data
 from run_scripts.training.arguments import SLSTMTrainingArguments
 from run_scripts.training.model_setup import resolve_feature_encoder
 from run_scripts.training.trainer import SLSTMTrainer
@@ -73,3 +82,24 @@ def test_learning_rate_without_a_feature_encoder_is_an_error(tmp_path):
     )
     with pytest.raises(ValueError, match="the model has no feature encoder"):
         SLSTMTrainer(model=model, args=args).create_optimizer()
+
+
+@pytest.mark.slow
+def test_a_pretrained_encoder_is_fine_tuned_with_a_new_head(tmp_path, monkeypatch):
+    """The baseline most users would pick: `--model_name_or_path` of a pretrained encoder without task labels gets
+    a new head for the data's labels (first subword of each word labelled), scored like every other model."""
+    encoder_folder = save_tiny_encoder(tmp_path / "tiny_bert")
+    paths = write_generated_ner(tmp_path)
+    out = tmp_path / "ner"
+    fine_tune = {"config_name": None, "config_overrides": None, "model_name_or_path": encoder_folder, "max_steps": 4}
+    run_main("run_ner", run_args(out, paths, **fine_tune), monkeypatch)
+    results = assert_tag_scores_match(out, paths["test"])
+    config = read_json(out / "config.json")
+    assert config["model_type"] == "bert" and results["test_samples"] == 12
+    assert sorted(config["label2id"]) == ["B-LOC", "B-PER", "I-LOC", "I-PER", "O"]
+
+    texts = write_generated_classification(tmp_path, n=16)
+    out = tmp_path / "classification"
+    run_main("run_classification", run_args(out, texts, **fine_tune), monkeypatch)
+    assert read_json(out / "config.json")["id2label"] == {"0": "neg", "1": "pos"}
+    assert_classification_scores_match(out, data.read_text_label_file(texts["test"]))
