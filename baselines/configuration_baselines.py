@@ -13,7 +13,7 @@ from modeling_slstm.configuration_slstm import (
     word_representation_dim,
 )
 
-BASELINE_ENCODER_TYPES = ("bilstm", "cnn", "transformer")
+BASELINE_ENCODER_TYPES = ("bilstm", "cnn", "transformer", "feed_forward")
 BASELINE_POSITION_EMBEDDINGS = ("sinusoidal", "learned")
 
 
@@ -26,9 +26,10 @@ class BaselineEncoderConfig(PreTrainedConfig):
         encoder_type (`str`, *optional*, defaults to `"bilstm"`):
             `"bilstm"` (stacked bidirectional `torch.nn.LSTM`, `hidden_size // 2` per direction, packed sequences),
             `"cnn"` (stacked 1-d convolutions with ReLU, padding zeroed before every convolution) or
-            `"transformer"` (`torch.nn.TransformerEncoder` with a key-padding mask).
+            `"transformer"` (`torch.nn.TransformerEncoder` with a key-padding mask) or `"feed_forward"` (position-wise
+            ReLU layers, no sequence model: with `feature_encoder_config`, the MLP head over a pretrained encoder).
         num_layers (`int`, *optional*, defaults to 1):
-            Stacked layers (LSTM layers, convolution layers or Transformer layers).
+            Stacked layers (LSTM layers, convolution layers, Transformer layers or feed-forward layers).
         vocab_size (`int`, *optional*, defaults to 30000), embedding_dim (`int`, *optional*, defaults to 300):
             Word embedding matrix, as for S-LSTM.
         hidden_size (`int`, *optional*, defaults to 300):

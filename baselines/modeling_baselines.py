@@ -1,4 +1,5 @@
-"""Baseline encoders the S-LSTM paper compares with: stacked BiLSTM, stacked CNN and Transformer encoder.
+"""Baseline encoders the S-LSTM paper compares with: stacked BiLSTM, stacked CNN and Transformer encoder; and a
+position-wise feed-forward "encoder" (no sequence model), the MLP head over a pretrained encoder's features.
 
 They are baselines, not S-LSTM: their task models have the S-LSTM task models' heads (pooling, classifier, CRF), a
 copy of their `forward` and the same word representations, and train through the same `run_scripts`, so an accuracy
@@ -105,6 +106,32 @@ class CNNEncoder(nn.Module):
         return outputs, masked_mean(outputs, mask)
 
 
+class FeedForwardEncoder(nn.Module):
+    r"""
+    No sequence model: `num_layers` position-wise feed-forward layers (`nn.Linear` to `hidden_size`, ReLU, dropout
+    between layers) over each word's representation alone, so a word sees no other word. Over a pretrained encoder's
+    word features (`feature_encoder_config`) it is the "frozen encoder + MLP head" baseline: any context the model
+    uses comes from the pretrained encoder. Padding outputs are zeroed.
+
+    Returns `(outputs (batch, seq, hidden), pooled (batch, hidden))`, pooled = masked mean of the outputs.
+    """
+
+    def __init__(self, config: BaselineEncoderConfig):
+        super().__init__()
+        widths = [config.word_representation_dim] + [config.hidden_size] * config.num_layers
+        self.layers = nn.ModuleList(nn.Linear(widths[i], widths[i + 1]) for i in range(config.num_layers))
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        states = embeds
+        for index, layer in enumerate(self.layers):
+            if index:
+                states = self.dropout(states)
+            states = torch.relu(layer(states))  # (batch, seq, hidden)
+        outputs = states * mask.unsqueeze(-1).to(states.dtype)
+        return outputs, masked_mean(outputs, mask)
+
+
 def sinusoidal_positions(positions: torch.Tensor, width: int) -> torch.Tensor:
     """Vaswani et al. (2017) position encodings for integer `positions` `(batch, seq)` -> `(batch, seq, width)`."""
     frequencies = torch.exp(
@@ -161,7 +188,12 @@ class TransformerBaselineEncoder(nn.Module):
         return outputs, masked_mean(outputs, mask)
 
 
-ENCODERS = {"bilstm": BiLSTMEncoder, "cnn": CNNEncoder, "transformer": TransformerBaselineEncoder}
+ENCODERS = {
+    "bilstm": BiLSTMEncoder,
+    "cnn": CNNEncoder,
+    "transformer": TransformerBaselineEncoder,
+    "feed_forward": FeedForwardEncoder,
+}
 
 
 class BaselinePreTrainedModel(PreTrainedModel):

@@ -401,7 +401,9 @@ def model_description(config) -> dict:
     checkpoint carries its code (`trust_remote_code`); a baseline's code is the repository's `baselines` package; a
     fine-tuned pretrained encoder (`--model_name_or_path` of a BERT folder) is transformers' own."""
     if config.model_type == "slstm_baseline_encoder":
-        encoder = {"bilstm": "BiLSTM", "cnn": "CNN", "transformer": "Transformer"}[config.encoder_type]
+        encoder = {"bilstm": "BiLSTM", "cnn": "CNN", "transformer": "Transformer", "feed_forward": "feed-forward"}[
+            config.encoder_type
+        ]
         name = f"{config.num_layers}-layer {encoder} baseline"
         return {
             "model_description": f"A **{name}** (compared with the Sentence-State LSTM of Zhang, Liu & Song, ACL 2018)",

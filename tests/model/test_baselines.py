@@ -14,7 +14,7 @@ from baselines import (
 )
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification
 
-ENCODERS = [("bilstm", 1), ("bilstm", 2), ("cnn", 2), ("transformer", 2)]
+ENCODERS = [("bilstm", 1), ("bilstm", 2), ("cnn", 2), ("transformer", 2), ("feed_forward", 2)]
 LABELS = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
 
 
@@ -74,6 +74,20 @@ def test_bilstm_pooler_is_final_states():
     half = 8
     torch.testing.assert_close(outputs.pooler_output[:, :half], outputs.last_hidden_state[:, -1, :half])
     torch.testing.assert_close(outputs.pooler_output[:, half:], outputs.last_hidden_state[:, 0, half:])
+
+
+def test_feed_forward_reads_each_word_alone():
+    """The feed-forward baseline is relu(W2 relu(W1 x_i + b1) + b2) of each word's representation, computed by hand,
+    and its pooler the mean over the real words."""
+    torch.manual_seed(0)
+    model = BaselineModel(tiny_config("feed_forward", 2)).eval()
+    ids, mask = torch.randint(4, 50, (2, 6)), torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    outputs = model(ids, attention_mask=mask)
+    first, second = model.encoder.layers
+    words = model.embeddings.word_embeddings(ids)  # (batch, seq, 12)
+    expected = torch.relu(second(torch.relu(first(words)))) * mask.unsqueeze(-1)
+    torch.testing.assert_close(outputs.last_hidden_state, expected)
+    torch.testing.assert_close(outputs.pooler_output[1], expected[1, :4].mean(0))
 
 
 @pytest.mark.parametrize("encoder_type,num_layers", ENCODERS[1:])
