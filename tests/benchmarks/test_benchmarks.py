@@ -215,3 +215,24 @@ def test_onednn_linear_gradients_match_pytorch(rows):
     torch.testing.assert_close(output, reference)
     torch.testing.assert_close(inputs.grad, reference_inputs.grad)
     torch.testing.assert_close(layer.weight.grad, reference_weight.grad)
+
+
+def test_feature_encoder_benchmark_tiny(tmp_path):
+    """The three setups run on a tiny random BERT and a generated movie-review folder, each timed, S-LSTM the
+    reference (ratio 1)."""
+    from helpers import save_tiny_encoder
+
+    from run_scripts.benchmarks import benchmark_feature_encoder
+
+    reviews = tmp_path / "movie_review"
+    reviews.mkdir()
+    for polarity, word in (("pos", "great"), ("neg", "awful")):
+        lines = [f"the {word} cat number {i} was unbelievable" for i in range(30)]
+        (reviews / f"rt-polarity.{polarity}").write_text("\n".join(lines) + "\n", encoding="latin-1")
+    argv = [
+        "--rt_polarity_dir", str(reviews), "--feature_encoder", save_tiny_encoder(tmp_path / "tiny_bert"),
+        "--batches", "2", "--rounds", "1", "--batch_size", "3",
+    ]  # fmt: skip
+    rows = benchmark_feature_encoder.main(argv)
+    assert [row["setup"] for row in rows] == ["S-LSTM", "S-LSTM + encoder features", "encoder forward only"]
+    assert rows[0]["ratio"] == 1.0 and all(row["ms_per_batch"] > 0 for row in rows)
