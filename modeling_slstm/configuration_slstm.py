@@ -177,7 +177,8 @@ class SLSTMConfig(PreTrainedConfig):
             piece, and the mean keeps what every piece holds.
         feature_encoder_trainable_layers (`int`, *optional*, defaults to 0):
             0 keeps the feature encoder frozen (and in evaluation mode, so its features are the same in training and
-            evaluation); `k > 0` trains its top `k` layers; -1 trains all of it, embeddings included.
+            evaluation); `k > 0` trains its top `k` layers; -1 trains all of it, embeddings included (not its pooler,
+            which the features do not read).
         hidden_dropout (`float`, *optional*, defaults to 0.0):
             Dropout on the word and sentence states read by the next step.
         classifier_dropout (`float`, *optional*, defaults to 0.0):

@@ -164,14 +164,16 @@ class SLSTMSubwordFeatures(nn.Module):
         self.freeze_untrained_layers()
 
     def freeze_untrained_layers(self) -> None:
-        """Sets `requires_grad` of every encoder weight from `feature_encoder_trainable_layers`. Run at construction
-        and by every `train()`/`eval()`: `from_pretrained` replaces the parameters with new ones that require
-        gradients, then calls `eval()`."""
+        """Sets `requires_grad` of every encoder weight from `feature_encoder_trainable_layers`; the encoder's pooler,
+        which the features do not read, stays frozen (a distributed run would otherwise find it unused). Run at
+        construction and by every `train()`/`eval()`: `from_pretrained` replaces the parameters with new ones that
+        require gradients, then calls `eval()`."""
         num_layers = self.encoder.config.num_hidden_layers
         for name, parameter in self.encoder.named_parameters():
             index = layer_index(name)
             top_layer = index is not None and index >= num_layers - self.trainable_layers
-            parameter.requires_grad_(self.trainable_layers == -1 or (self.trainable_layers > 0 and top_layer))
+            trainable = self.trainable_layers == -1 or (self.trainable_layers > 0 and top_layer)
+            parameter.requires_grad_(trainable and not name.startswith("pooler."))
 
     def load_pretrained_encoder(self, pretrained_model_name_or_path: str, **kwargs) -> None:
         """Copies the weights of a pretrained encoder (`AutoModel.from_pretrained(pretrained_model_name_or_path,

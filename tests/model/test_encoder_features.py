@@ -156,7 +156,10 @@ def test_top_layers_train_when_asked(encoder_folder, tokenizer):
     trainable = {name for name, p in encoder.named_parameters() if p.requires_grad}
     assert trainable and all(name.startswith("encoder.layer.1.") for name in trainable)
     all_trainable = feature_model(SLSTMModel, encoder_folder, feature_encoder_trainable_layers=-1)
-    assert all(p.requires_grad for p in all_trainable.embeddings.subword_features.parameters())
+    frozen = [
+        n for n, p in all_trainable.embeddings.subword_features.encoder.named_parameters() if not p.requires_grad
+    ]
+    assert frozen == ["pooler.dense.weight", "pooler.dense.bias"]  # the pooler, which the features do not read
 
 
 def test_save_and_load_keep_features_and_tokenizer(encoder_folder, tokenizer, tmp_path):
