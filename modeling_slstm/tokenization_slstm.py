@@ -532,16 +532,14 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             encoded_inputs, max_length, padding_strategy, pad_to_multiple_of, padding_side, return_attention_mask
         )
         added = len(encoded_inputs[self.model_input_names[0]]) - length
+        side = padding_side if padding_side is not None else self.padding_side
         if added and "char_ids" in encoded_inputs:
             rows = list(encoded_inputs["char_ids"])
             width = len(rows[0]) if rows else self.max_word_length
             padding = [[CHAR_PAD_ID] * width for _ in range(added)]
-            side = padding_side if padding_side is not None else self.padding_side
             encoded_inputs["char_ids"] = rows + padding if side == "right" else padding + rows
-            if side == "left" and "subword_to_word" in encoded_inputs:  # the words moved right
-                encoded_inputs["subword_to_word"] = [
-                    position + added for position in encoded_inputs["subword_to_word"]
-                ]
+        if added and side == "left" and "subword_to_word" in encoded_inputs:  # the words moved right
+            encoded_inputs["subword_to_word"] = [position + added for position in encoded_inputs["subword_to_word"]]
         return encoded_inputs
 
 

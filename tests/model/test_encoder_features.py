@@ -62,10 +62,16 @@ def test_subwords_align_with_each_word_tokenized_alone(tokenizer, subword_tokeni
     try:
         batch = tokenizer(SENTENCES, is_split_into_words=True, padding=True)
         collated = tokenizer.pad([tokenizer(words, is_split_into_words=True) for words in SENTENCES])
+        # as the training scripts collate for a model without character features: char_ids dropped
+        without_chars = [
+            {k: v for k, v in tokenizer(words, is_split_into_words=True).items() if k != "char_ids"}
+            for words in SENTENCES
+        ]
+        collated_without_chars = tokenizer.pad(without_chars)
     finally:
         tokenizer.padding_side = "right"
     longest = max(len(words) for words in SENTENCES) + 2
-    for encoded in (batch, collated):
+    for encoded in (batch, collated, collated_without_chars):
         for row, words in enumerate(SENTENCES):
             ids, positions = expected_subwords(subword_tokenizer, words)
             shift = longest - len(words) - 2 if padding_side == "left" else 0
