@@ -305,7 +305,8 @@ class SLSTMTrainer(Trainer):
             if key.startswith(("eval_", "test_")) and not key.endswith(("_runtime", "_per_second"))
         }
         info["config_summary"] = ", ".join(
-            f"{key}={getattr(config, key)}" for key in CARD_CONFIG_KEYS if hasattr(config, key)
+            [f"{key}={getattr(config, key)}" for key in CARD_CONFIG_KEYS if hasattr(config, key)]
+            + feature_encoder_summary(config)
         )
         info.update(model_description(config))
         write_model_card(self.args.output_dir, info, repo_id)
@@ -394,6 +395,23 @@ def format_metrics_table(metrics: dict) -> str:
         for key, value in metrics.items()
     ]
     return "| metric | value |\n|---|---|\n" + "\n".join(rows) if rows else "(no metrics recorded)"
+
+
+def feature_encoder_summary(config) -> list[str]:
+    """The model card's words on a pretrained feature encoder inside the model (its weights ship with the checkpoint,
+    under the encoder's own license), or nothing."""
+    encoder = getattr(config, "feature_encoder_config", None)
+    if encoder is None:
+        return []
+    layers = config.feature_encoder_trainable_layers
+    training = {0: "frozen", -1: "fine-tuned"}.get(layers, f"top {layers} layers fine-tuned")
+    name = Path(encoder.name_or_path).name or "unnamed"  # the folder's name, not where it was on the machine
+    summary = (
+        f"with the word features of a pretrained {encoder.model_type} encoder ({name}: {encoder.num_hidden_layers} "
+        f"layers, hidden {encoder.hidden_size}; {config.feature_pooling} of each word's subwords, {training}), whose "
+        "weights ship inside this checkpoint under that encoder's license"
+    )
+    return [summary]
 
 
 def model_description(config) -> dict:

@@ -32,6 +32,8 @@ def test_run_ner_with_a_frozen_feature_encoder(tmp_path, monkeypatch):
     out = tmp_path / "out"
     run_main("run_ner", run_args(out, paths, feature_encoder=encoder_folder, max_steps=6), monkeypatch)
     assert_tag_scores_match(out, paths["test"])
+    card = (out / "README.md").read_text()
+    assert "pretrained bert encoder (tiny_bert: 2 layers, hidden 8; mean of each word's subwords, frozen)" in card
 
     model = AutoModelForTokenClassification.from_pretrained(out)
     tokenizer = AutoTokenizer.from_pretrained(out)
