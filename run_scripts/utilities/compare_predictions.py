@@ -17,6 +17,7 @@ difference is at least as far from zero as the observed one. A 95% paired bootst
         --b docs/results/predictions/classification-seeds/bilstm-movie_review-seed4{2,3,4,5,6}-test.tsv
 """
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,18 +56,27 @@ def read_predictions(path: str) -> tuple[list[tuple[str, str]], np.ndarray]:
 def sentence_scores(
     paths: list[str], reference: tuple[str, list] | None = None
 ) -> tuple[tuple[str, list], np.ndarray]:
-    """Per-sentence accuracy averaged over `paths`, and the `(file, rows)` every file was checked against: each must
-    hold the same sentences and gold labels as the first one (or as `reference`, from another system)."""
+    """Per-sentence accuracy averaged over `paths`, in the order of the `(file, rows)` every file was checked against:
+    each must hold the same sentences and gold labels as the first one (or as `reference`, from another system), in
+    any order (runs that kept the test split in another order pair up sentence by sentence)."""
     columns = []
     for path in paths:
         rows, correct = read_predictions(path)
         reference = reference or (path, rows)
-        if rows != reference[1]:
-            raise ValueError(
-                f"{path}: its sentences or gold labels differ from {reference[0]}'s (same test set needed)"
-            )
-        columns.append(correct)
+        columns.append(correct if rows == reference[1] else in_reference_order(path, rows, correct, reference))
     return reference, np.mean(columns, axis=0)
+
+
+def in_reference_order(path: str, rows: list, correct: np.ndarray, reference: tuple[str, list]) -> np.ndarray:
+    """`correct` of a file whose `(text, gold)` rows are the reference's in another order, rearranged into the
+    reference's order (equal rows are interchangeable: a model predicts the same for the same text)."""
+    positions = defaultdict(list)
+    for index, row in enumerate(rows):
+        positions[row].append(index)
+    order = [positions[row].pop(0) if positions[row] else None for row in reference[1]]
+    if None in order or any(positions.values()):
+        raise ValueError(f"{path}: its sentences or gold labels differ from {reference[0]}'s (same test set needed)")
+    return correct[order]
 
 
 def mean_difference(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -55,3 +55,23 @@ def test_files_of_another_test_set_are_refused(tmp_path):
     (tmp_path / "bad.tsv").write_text("gold\tpredicted\ttext\n")
     with pytest.raises(ValueError, match="expected the header"):
         compare_predictions.main(["--a", str(tmp_path / "bad.tsv"), "--b", first])
+
+
+def test_files_in_another_order_pair_up_sentence_by_sentence(tmp_path):
+    """A run that kept the test split in another order (the same sentences, a duplicate included) is compared
+    sentence by sentence: the result equals that of the file in the reference's order."""
+    texts, gold = ["x", "y", "x", "z", "w"], ["pos", "neg", "pos", "neg", "pos"]
+    a = write_predictions(tmp_path / "a.tsv", gold, ["pos", "pos", "pos", "neg", "neg"], texts)
+    b_predicted = ["neg", "neg", "neg", "neg", "pos"]
+    b = write_predictions(tmp_path / "b.tsv", gold, b_predicted, texts)
+    order = [4, 2, 0, 3, 1]
+    shuffled = write_predictions(
+        tmp_path / "b_shuffled.tsv",
+        [gold[i] for i in order],
+        [b_predicted[i] for i in order],
+        [texts[i] for i in order],
+    )
+    assert compare_predictions.main(["--a", a, "--b", shuffled]) == compare_predictions.main(["--a", a, "--b", b])
+    missing = write_predictions(tmp_path / "c.tsv", gold[:4] + ["neg"], b_predicted, texts)
+    with pytest.raises(ValueError, match="differ from .*a.tsv"):
+        compare_predictions.main(["--a", a, "--b", missing])
