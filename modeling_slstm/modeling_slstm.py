@@ -161,19 +161,28 @@ class SLSTMSubwordFeatures(nn.Module):
         self.encoder = AutoModel.from_config(config.feature_encoder_config)
         self.first_subword_only = config.feature_pooling == "first"
         self.trainable_layers = config.feature_encoder_trainable_layers
+        self.trained_parameter_names = frozenset(self.names_to_train())
         self.freeze_untrained_layers()
 
-    def freeze_untrained_layers(self) -> None:
-        """Sets `requires_grad` of every encoder weight from `feature_encoder_trainable_layers`; the encoder's pooler,
-        which the features do not read, stays frozen (a distributed run would otherwise find it unused). Run at
-        construction and by every `train()`/`eval()`: `from_pretrained` replaces the parameters with new ones that
-        require gradients, then calls `eval()`."""
+    def names_to_train(self) -> list[str]:
+        """The encoder weights that `feature_encoder_trainable_layers` trains: none, those of the top `k` layers, or
+        all; never the encoder's pooler, which the features do not read (a distributed run would find it unused)."""
         num_layers = self.encoder.config.num_hidden_layers
-        for name, parameter in self.encoder.named_parameters():
+        names = []
+        for name, _ in self.encoder.named_parameters():
             index = layer_index(name)
             top_layer = index is not None and index >= num_layers - self.trainable_layers
             trainable = self.trainable_layers == -1 or (self.trainable_layers > 0 and top_layer)
-            parameter.requires_grad_(trainable and not name.startswith("pooler."))
+            if trainable and not name.startswith("pooler."):
+                names.append(name)
+        return names
+
+    def freeze_untrained_layers(self) -> None:
+        """Sets `requires_grad` of every encoder weight from `trained_parameter_names`. Run at construction and by
+        every `train()`/`eval()`: `from_pretrained` replaces the parameters with new ones that require gradients,
+        then calls `eval()`."""
+        for name, parameter in self.encoder.named_parameters():
+            parameter.requires_grad_(name in self.trained_parameter_names)
 
     def load_pretrained_encoder(self, pretrained_model_name_or_path: str, **kwargs) -> None:
         """Copies the weights of a pretrained encoder (`AutoModel.from_pretrained(pretrained_model_name_or_path,
@@ -184,17 +193,12 @@ class SLSTMSubwordFeatures(nn.Module):
             size than `config.feature_encoder_config`).
         """
         pretrained = AutoModel.from_pretrained(pretrained_model_name_or_path, **kwargs)
-        ours, theirs = self.encoder.state_dict(), pretrained.state_dict()
-        mismatched = sorted(
-            name for name in ours.keys() | theirs.keys() if name not in ours or name not in theirs
-            or ours[name].shape != theirs[name].shape
-        )  # fmt: skip
-        if mismatched:
+        try:
+            self.encoder.load_state_dict(pretrained.state_dict())
+        except RuntimeError as error:  # missing, unexpected or differently shaped weights
             raise ValueError(
-                f"The encoder at {pretrained_model_name_or_path} does not match config.feature_encoder_config: "
-                f"{len(mismatched)} weights differ in name or shape, e.g. {mismatched[:3]}"
-            )
-        self.encoder.load_state_dict(theirs)
+                f"The encoder at {pretrained_model_name_or_path} does not match config.feature_encoder_config: {error}"
+            ) from error
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -280,21 +284,22 @@ class SLSTMEmbeddings(nn.Module):
             chars = self.char_features(char_ids, inputs_embeds)  # (batch, seq, char_hidden_size)
             inputs_embeds = torch.cat([inputs_embeds, chars], dim=-1)  # (batch, seq, embedding_dim + char features)
         if self.subword_features is not None:
-            subword_inputs = self.checked_subword_inputs(
-                subword_ids, subword_attention_mask, subword_to_word, inputs_embeds
+            self.check_subword_inputs(subword_ids, subword_attention_mask, subword_to_word, inputs_embeds)
+            features = self.subword_features(
+                subword_ids, subword_attention_mask, subword_to_word, inputs_embeds.shape[1]
             )
-            features = self.subword_features(*subword_inputs, inputs_embeds.shape[1]).to(inputs_embeds.dtype)
+            features = features.to(inputs_embeds.dtype)
             inputs_embeds = torch.cat([inputs_embeds, features], dim=-1)  # (batch, seq, output_dim)
         return self.dropout(inputs_embeds)
 
-    def checked_subword_inputs(
+    def check_subword_inputs(
         self,
         subword_ids: torch.LongTensor | None,
         subword_attention_mask: torch.Tensor | None,
         subword_to_word: torch.LongTensor | None,
         word_embeds: torch.Tensor,
-    ) -> tuple[torch.LongTensor, torch.Tensor, torch.LongTensor]:
-        """The three subword inputs, checked against each other and against the words `word_embeds`
+    ) -> None:
+        """Checks the three subword inputs against each other and against the words `word_embeds`
         `(batch, seq, ...)`."""
         given = {"subword_ids": subword_ids, "subword_attention_mask": subword_attention_mask,
                  "subword_to_word": subword_to_word}  # fmt: skip
@@ -316,7 +321,6 @@ class SLSTMEmbeddings(nn.Module):
         check_values_in_range(subword_ids, vocab_size, "subword_ids", "the feature encoder's vocab_size")
         attended = subword_to_word[subword_attention_mask.bool()]
         check_values_in_range(attended, seq, "subword_to_word (where subword_attention_mask is 1)", "seq")
-        return subword_ids, subword_attention_mask, subword_to_word
 
     def char_features(self, char_ids: torch.LongTensor | None, word_embeds: torch.Tensor) -> torch.Tensor:
         """Checked `char_ids` `(batch, seq, max_word_length)` -> features `(batch, seq, char_hidden_size)` in the

@@ -473,12 +473,12 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             )
         samples = encoded.get("overflow_to_sample_mapping", range(len(encoded.encodings)))
         char_ids, subword_rows = [], []
+        add_special_tokens = kwargs.get("add_special_tokens", True)
         for row, (encoding, sample) in enumerate(zip(encoded.encodings, samples)):
             sentences = (texts[sample], None if pairs is None else pairs[sample])
             token_texts = self._token_texts(encoding, sentences, is_split_into_words)
             char_ids.append(self._token_spellings(encoding, token_texts))
             if self.subword_backend is not None:
-                add_special_tokens = kwargs.get("add_special_tokens", True)
                 subword_rows.append(self._subword_row(encoding, token_texts, add_special_tokens, sample))
             self._unmark_literal_special_tokens(encoded["input_ids"][row], encoding)
         encoded["char_ids"] = char_ids
