@@ -154,6 +154,17 @@ def run_without_the_package(tmp_path, checkpoint, data: dict) -> None:
     assert "fresh process OK" in result.stdout
 
 
+def tag_text_without_the_package(tmp_path, model, tokenizer, text: str) -> None:
+    """Saves `model` and `tokenizer` as one checkpoint and checks that `text`, tokenized and tagged where the package
+    cannot be imported (`run_without_the_package`), gives the inputs and logits it gives here."""
+    model.save_pretrained(tmp_path / "checkpoint")
+    tokenizer.save_pretrained(tmp_path / "checkpoint")
+    data = dict(tokenizer(text, return_tensors="pt"))
+    with torch.no_grad():
+        data["logits"] = model(**data).logits
+    run_without_the_package(tmp_path, tmp_path / "checkpoint", dict(data, text=text))
+
+
 def test_trust_remote_code_in_a_fresh_process_without_the_package(tmp_path):
     model = build(SLSTMForTokenClassification, tagger_config(use_crf=True))
     model.save_pretrained(tmp_path / "checkpoint")
@@ -172,13 +183,9 @@ def test_tokenizer_and_character_model_in_a_fresh_process_without_the_package(tm
         vocab_size=len(tokenizer), use_crf=True, **char_settings(char_vocab_size=tokenizer.char_vocab_size)
     )
     model = build(SLSTMForTokenClassification, config)
-    model.save_pretrained(tmp_path / "checkpoint")
-    tokenizer.save_pretrained(tmp_path / "checkpoint")
-    text = "Just landed in New York, heading to Madison Square Garden."
-    data = dict(tokenizer(text, return_tensors="pt"))
-    with torch.no_grad():
-        data["logits"] = model(**data).logits
-    run_without_the_package(tmp_path, tmp_path / "checkpoint", dict(data, text=text))
+    tag_text_without_the_package(
+        tmp_path, model, tokenizer, "Just landed in New York, heading to Madison Square Garden."
+    )
 
 
 def test_installed_package_loads_model_and_tokenizer_without_trust_remote_code(tmp_path):
@@ -226,10 +233,4 @@ def test_feature_encoder_model_in_a_fresh_process_without_the_package(tmp_path):
         vocab_size=len(tokenizer), use_crf=True, feature_encoder_config=AutoConfig.from_pretrained(encoder_folder)
     )
     model = SLSTMForTokenClassification(config).eval()
-    model.save_pretrained(tmp_path / "checkpoint")
-    tokenizer.save_pretrained(tmp_path / "checkpoint")
-    text = "Unbelievable: New York, 1996."
-    data = dict(tokenizer(text, return_tensors="pt"))
-    with torch.no_grad():
-        data["logits"] = model(**data).logits
-    run_without_the_package(tmp_path, tmp_path / "checkpoint", dict(data, text=text))
+    tag_text_without_the_package(tmp_path, model, tokenizer, "Unbelievable: New York, 1996.")
