@@ -25,7 +25,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, DataCollatorWithPadding
 
 from modeling_slstm import SLSTMForSequenceClassification, SLSTMTokenizer
-from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
+from modeling_slstm.tokenization_slstm import SUBWORD_INPUT_NAMES, build_word_tokenizer, update_config_from_tokenizer
 from run_scripts.benchmarks.speed_measurement import machine_info
 from run_scripts.training import data
 from run_scripts.training.arguments import ModelArguments, parse_arguments
@@ -96,8 +96,7 @@ def main(argv=None) -> list[dict]:
     plain = build_model(args, tokenizer, None)
     with_features = build_model(args, tokenizer, encoder_folder)
     encoder = with_features.base_model.embeddings.subword_features.encoder
-    subword_names = ("subword_ids", "subword_attention_mask", "subword_to_word")
-    plain_batches = [{k: v for k, v in batch.items() if k not in subword_names} for batch in batches]
+    plain_batches = [{k: v for k, v in batch.items() if k not in SUBWORD_INPUT_NAMES} for batch in batches]
     setups = {
         "S-LSTM": lambda optimizer, b: training_step(plain, optimizer, plain_batches[b]),
         "S-LSTM + encoder features": lambda optimizer, b: training_step(with_features, optimizer, batches[b]),
