@@ -7,8 +7,8 @@ the run's seed), with GloVe 6B 50d and words only (the paper's input), the paper
 `training_recipe`: Adam lr 1e-3 x0.97 per epoch, clipping 3, batches of 10 grouped by length) and a cheaper stopping
 rule than the final runs: at most `--max_epochs` epochs (8), stop after `--patience` (2) epochs without a better dev
 accuracy, keep the best epoch. Each S-LSTM point changes one thing of the reference `paper` (9 steps, window 1, one
-sentence node, learned initial state, attention pooling, no L2); the `bilstm` points select the 1-layer BiLSTM
-baseline's dropout and size the same way.
+sentence node, learned initial state, attention pooling, embedding dropout 0.5, no L2); the `bilstm` points select the
+1-layer BiLSTM baseline's dropout and size the same way.
 
 Runs go to `<runs_dir>/<point>/seed<seed>`, `--parallel_runs` at a time with `--threads_per_run` threads each; a
 finished run (its `all_results.json` exists) is skipped and a stopped one resumes from its newest checkpoint, so the
@@ -52,7 +52,7 @@ class StudyPoint:
 
 
 def study_points() -> list[StudyPoint]:
-    """The points in the order they run: the reference, one change of each kind, then the step curves."""
+    """The points in the order they run: the reference and the BiLSTM, one change of each kind, the steps curves."""
     l2 = ("--l2_regularization", "0.001")
     points = [
         StudyPoint("paper", "reference"),
@@ -62,10 +62,11 @@ def study_points() -> list[StudyPoint]:
         StudyPoint("l2=0.001", "L2", flags=l2),
         StudyPoint("pooling=sentence", "pooling", ("classifier_pooling=sentence",)),
         StudyPoint("pooling=mean", "pooling", ("classifier_pooling=mean",)),
-        StudyPoint("initial_state=input,l2=0.001", "initial state + L2", ("initial_state=input",), l2),
     ]
-    # The BiLSTM's own selection (the paper tuned its baselines too), with a budget like the S-LSTM's first points:
-    # one change of dropout or size at a time from its reference (600 units, 300 per direction; dropout 0.5).
+    points += steps_curve("learned")
+    # The embedding dropout of both encoders, and the BiLSTM's size: the paper tuned its baselines too, so the BiLSTM
+    # gets a budget like the S-LSTM's, one change at a time from its reference (600 units, 300 per direction).
+    points += [StudyPoint(f"dropout={rate}", "dropout", (f"embedding_dropout={rate}",)) for rate in (0.3, 0.7)]
     points += [
         StudyPoint(name, "BiLSTM", overrides, config=BILSTM_CONFIG)
         for name, overrides in (
@@ -75,16 +76,22 @@ def study_points() -> list[StudyPoint]:
             ("bilstm,hidden=1200", ("hidden_size=1200",)),
         )
     ]
-    for initial_state in ("learned", "input"):
-        points += [
-            StudyPoint(f"steps={steps},initial_state={initial_state}", "steps",
-                       (f"num_steps={steps}", f"initial_state={initial_state}"))
-            for steps in STEPS
-            if not (steps == 9 and initial_state == "learned")  # the reference
-        ]  # fmt: skip
     points += [StudyPoint(f"hidden={size}", "hidden size", (f"hidden_size={size}",)) for size in (100, 200)]
     points += [StudyPoint(f"sentence_nodes={k}", "sentence nodes", (f"num_sentence_nodes={k}",)) for k in (0, 2)]
+    # Last, as each half alone lost to the reference: the input initial state over the steps, and with L2.
+    points += steps_curve("input")
+    points += [StudyPoint("initial_state=input,l2=0.001", "initial state + L2", ("initial_state=input",), l2)]
     return points
+
+
+def steps_curve(initial_state: str) -> list[StudyPoint]:
+    """The points of one line of the steps plot (9 steps is already a point: `paper` or `initial_state=input`)."""
+    return [
+        StudyPoint(f"steps={steps},initial_state={initial_state}", "steps",
+                   (f"num_steps={steps}", f"initial_state={initial_state}"))
+        for steps in STEPS
+        if steps != 9
+    ]  # fmt: skip
 
 
 def steps_of(point: StudyPoint) -> tuple[int, str] | None:
