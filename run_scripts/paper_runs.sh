@@ -100,6 +100,9 @@ finetuned_encoder() {  # the run function, then extra arguments
         "${@:2}"
 }
 finetuned_minilm_movie_review() { finetuned_encoder movie_review; }
+# The rest of the usual learning-rate range, to choose the recipe on dev
+finetuned_minilm_movie_review_lr3e-5() { finetuned_encoder movie_review --learning_rate 3e-5; }
+finetuned_minilm_movie_review_lr2e-5() { finetuned_encoder movie_review --learning_rate 2e-5; }
 finetuned_minilm_apparel() { finetuned_encoder apparel; }
 finetuned_minilm_conll_ner() { finetuned_encoder ner --tag_scheme iob2; }
 
