@@ -36,6 +36,7 @@ DOCUMENTED_TEST_SCORES = {
     # beyond the paper: a pretrained encoder's word features (docs/results.md, its own section)
     "encoder-features/slstm-movie_review-seed42-test.tsv": ("accuracy", "83.68"),
     "encoder-features/slstm_frozen-movie_review-seed42-test.tsv": ("accuracy", "80.39"),
+    "encoder-features/bilstm_frozen-movie_review-seed42-test.tsv": ("accuracy", "80.77"),
     "encoder-features/finetuned_minilm-movie_review-seed42-test.tsv": ("accuracy", "83.21"),
 }
 
