@@ -64,8 +64,8 @@ def study_points() -> list[StudyPoint]:
         StudyPoint("pooling=mean", "pooling", ("classifier_pooling=mean",)),
     ]
     points += steps_curve("learned")
-    # The embedding dropout of both encoders, and the BiLSTM's size: the paper tuned its baselines too, so the BiLSTM
-    # gets a budget like the S-LSTM's, one change at a time from its reference (600 units, 300 per direction).
+    # The embedding dropout of both encoders, the BiLSTM's size and pooling: the paper tuned its baselines too, so the
+    # BiLSTM gets a budget like the S-LSTM's, one change at a time from its reference (600 units, 300 per direction).
     points += [StudyPoint(f"dropout={rate}", "dropout", (f"embedding_dropout={rate}",)) for rate in (0.3, 0.7)]
     points += [
         StudyPoint(name, "BiLSTM", overrides, config=BILSTM_CONFIG)
@@ -74,6 +74,7 @@ def study_points() -> list[StudyPoint]:
             ("bilstm,dropout=0.7", ("embedding_dropout=0.7",)),
             ("bilstm,hidden=300", ("hidden_size=300",)),
             ("bilstm,hidden=1200", ("hidden_size=1200",)),
+            ("bilstm,pooling=mean", ("classifier_pooling=mean",)),  # as pooling=mean for the S-LSTM
         )
     ]
     points += [StudyPoint(f"hidden={size}", "hidden size", (f"hidden_size={size}",)) for size in (100, 200)]
