@@ -37,6 +37,7 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/slstm-movie_review-seed42-test.tsv": ("accuracy", "83.68"),
     "encoder-features/slstm_frozen-movie_review-seed42-test.tsv": ("accuracy", "80.39"),
     "encoder-features/bilstm_frozen-movie_review-seed42-test.tsv": ("accuracy", "80.77"),
+    "encoder-features/feed_forward_frozen-movie_review-seed42-test.tsv": ("accuracy", "78.14"),
     "encoder-features/finetuned_minilm-movie_review-seed42-test.tsv": ("accuracy", "83.21"),
 }
 
