@@ -22,6 +22,7 @@ Figure 2) into `--output_dir`.
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -172,17 +173,25 @@ def run_one(args: StudyArguments, point: StudyPoint, seed: int) -> int:
     return code
 
 
+RESUMED = re.compile(r"Resuming training from checkpoint with epoch (\d+)")
+
+
 def finished_result(folder: Path) -> dict | None:
-    """Best dev accuracy (the kept epoch's, in %), epochs trained and seconds per epoch of a finished run."""
+    """Best dev accuracy (the kept epoch's, in %), epochs trained and seconds per epoch of a finished run (`None`
+    where unknown: a run resumed after its last epoch)."""
     path = folder / "all_results.json"
     if not path.exists():
         return None
     results = json.loads(path.read_text())
     epochs = results.get("epoch") or 1
+    # train_runtime covers only the last process's epochs: those after the checkpoint it resumed from, if any.
+    log = folder / "run.log"
+    resumed = RESUMED.findall(log.read_text(errors="replace")) if log.exists() else []
+    epochs_timed = epochs - (int(resumed[-1]) if resumed else 0)
     return {
         "dev": 100 * results["eval_accuracy"],
         "epochs": epochs,
-        "seconds_per_epoch": results["train_runtime"] / epochs,
+        "seconds_per_epoch": results["train_runtime"] / epochs_timed if epochs_timed > 0 else None,
     }
 
 
@@ -210,7 +219,8 @@ def write_report(args: StudyArguments) -> None:
         devs = [result["dev"] for result in done.values()]
         per_seed = ", ".join(f"{seed}: {result['dev']:.2f}" for seed, result in done.items()) or "–"
         epochs = ", ".join(f"{result['epochs']:.0f}" for result in done.values()) or "–"
-        speed = f"{statistics.mean(r['seconds_per_epoch'] for r in done.values()):.0f}" if done else "–"
+        timed = [result["seconds_per_epoch"] for result in done.values() if result["seconds_per_epoch"]]
+        speed = f"{statistics.mean(timed):.0f}" if timed else "–"
         lines.append(
             f"| {point.name} | {point.factor} | {len(done)}/{len(args.seeds)} | {mean_sd(devs)} | {per_seed} | "
             f"{epochs} | {speed} |"

@@ -51,3 +51,20 @@ def test_the_bilstm_is_selected_on_the_same_dev_set(tmp_path, capsys):
     commands = capsys.readouterr().out.strip().splitlines()
     assert len(commands) == 2 and all("baselines/bilstm1-classification.json" in c for c in commands)
     assert "use_char_features=false,embedding_dropout=0.3" in commands[1]
+
+
+def test_seconds_per_epoch_count_only_the_epochs_of_the_last_process(tmp_path):
+    """train_runtime covers the epochs after the checkpoint the last process resumed from (Trainer's log line)."""
+    runs, docs = tmp_path / "runs", tmp_path / "docs"
+    resumed_twice = "Resuming training from checkpoint with epoch 2 and global step 10\n" * 2
+    logs = {42: "", 43: resumed_twice + "Resuming training from checkpoint with epoch 6 and global step 30\n",
+            44: "Resuming training from checkpoint with epoch 8 and global step 40\n"}  # fmt: skip
+    for seed, log in logs.items():
+        plant_result(runs, "paper", seed, 0.79, epochs=8, runtime=800.0)
+        (runs / "paper" / f"seed{seed}" / "run.log").write_text(log)
+    # 42: 800 s over 8 epochs; 43: over the 2 after epoch 6; 44: resumed after its last epoch, no time per epoch
+    assert classification_study.finished_result(runs / "paper" / "seed43")["seconds_per_epoch"] == 400.0
+    assert classification_study.finished_result(runs / "paper" / "seed44")["seconds_per_epoch"] is None
+    classification_study.main(["--runs_dir", str(runs), "--output_dir", str(docs), "--collect_only"])
+    paper = next(line for line in (docs / "classification_study.md").read_text().splitlines() if "| paper |" in line)
+    assert paper.split(" | ")[-1] == f"{statistics.mean([100.0, 400.0]):.0f} |"
