@@ -91,11 +91,27 @@ bilstm_features_finetuned_movie_review() {
     movie_review --config_name hub_configs/baselines/bilstm1-classification.json \
         --config_overrides "$WORDS_ONLY,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
 }
+features_finetuned_apparel() {
+    apparel --config_name hub_configs/slstm-classification.json \
+        --config_overrides "$WORDS_ONLY,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
+}
+bilstm_features_finetuned_apparel() {
+    apparel --config_name hub_configs/baselines/bilstm1-classification.json \
+        --config_overrides "$WORDS_ONLY,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
+}
+features_finetuned_conll_ner() {
+    ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
+}
+bilstm_features_finetuned_conll_ner() {
+    ner --config_name hub_configs/baselines/bilstm1-ner-crf.json \
+        --config_overrides "$CHARS,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
+}
 features_conll_ner() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 features_conll_pos() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 bilstm_features_movie_review() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 bilstm_features_conll_ner() { ner --config_name hub_configs/baselines/bilstm1-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 feed_forward_features_movie_review() { movie_review --config_name hub_configs/baselines/feed_forward1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
+feed_forward_features_apparel() { apparel --config_name hub_configs/baselines/feed_forward1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 feed_forward_features_conll_ner() { ner --config_name hub_configs/baselines/feed_forward1-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 # What most users would pick instead: all-MiniLM-L6-v2 fine-tuned with a new head, the usual recipe (lr 5e-5 with
 # linear decay, batches of 32, 3 epochs, the best epoch on dev; entities in IOB2, as the data has them).
