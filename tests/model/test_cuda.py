@@ -7,9 +7,27 @@ off), exact under padding, bf16 autocast, the `Trainer`, a checkpoint trained th
 
 import pytest
 import torch
-from helpers import BIO_LABELS, build, char_settings, pad, pad_spellings, random_ids, random_spellings, real
-from helpers import save_tiny_encoder, tagger_config, tiny_config
-from transformers import AutoConfig, DataCollatorForTokenClassification, Trainer, TrainingArguments, pipeline
+from helpers import (
+    BIO_LABELS,
+    build,
+    char_settings,
+    pad,
+    pad_spellings,
+    random_ids,
+    random_spellings,
+    real,
+    save_tiny_encoder,
+    tagger_config,
+    tiny_config,
+)
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    DataCollatorForTokenClassification,
+    Trainer,
+    TrainingArguments,
+    pipeline,
+)
 
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
@@ -122,8 +140,6 @@ def test_bf16_autocast_trains_close_to_float32():
 
 def test_encoder_features_equal_the_cpu_ones(tmp_path):
     folder = save_tiny_encoder(tmp_path)
-    from transformers import AutoTokenizer
-
     words = [["The", "unbelievable", "cats"], ["zq"], ["New", "York", "'s", "unbelievable", "xylophones", "."]]
     tokenizer = build_word_tokenizer(words, subword_tokenizer=AutoTokenizer.from_pretrained(folder))
     config = tagger_config(feature_encoder_config=AutoConfig.from_pretrained(folder), vocab_size=40, use_crf=True)
