@@ -11,6 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTPUT_DIR=${1:-docs/benchmarks}
+PYTHON=${PYTHON:-$(command -v python || command -v python3)}  # images with only python3 (CUDA images) too
 failed=0
 stage() {  # a title, then the command
     echo "== $(date -u +%T) $1"
@@ -19,15 +20,15 @@ stage() {  # a title, then the command
 }
 
 stage "machine" nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-stage "versions" python -c "import torch, transformers; print('torch', torch.__version__, 'CUDA', torch.version.cuda,
+stage "versions" "$PYTHON" -c "import torch, transformers; print('torch', torch.__version__, 'CUDA', torch.version.cuda,
     'transformers', transformers.__version__, 'GPU', torch.cuda.get_device_name())"
-stage "model on the GPU" python -m pytest -q -rs tests/model/test_cuda.py
-stage "training scripts on the GPU" python -m pytest -q -rs ${PYTEST_WORKERS:+-n "$PYTEST_WORKERS"} \
+stage "model on the GPU" "$PYTHON" -m pytest -q -rs tests/model/test_cuda.py
+stage "training scripts on the GPU" "$PYTHON" -m pytest -q -rs ${PYTEST_WORKERS:+-n "$PYTEST_WORKERS"} \
     tests/scripts/test_run_ner.py tests/scripts/test_run_classification.py tests/scripts/test_run_encoder_features.py
-stage "speed" python run_scripts/benchmarks/benchmark_speed.py --device cuda \
+stage "speed" "$PYTHON" run_scripts/benchmarks/benchmark_speed.py --device cuda \
     --models slstm slstm-reference bilstm1 bilstm2 cnn3 transformer5 --variants fp32 bf16 --slstm_variants \
     --min_time 0.3 --no_plots --output_dir "$OUTPUT_DIR" --name speed_cuda
-stage "speed with torch.compile" python run_scripts/benchmarks/benchmark_speed.py --device cuda \
+stage "speed with torch.compile" "$PYTHON" run_scripts/benchmarks/benchmark_speed.py --device cuda \
     --models slstm bilstm1 --batch_sizes 32 --lengths 512 --variants fp32 bf16 --slstm_variants compile \
     bf16+compile --slstm_variant_lengths 512 --min_time 0.3 --no_plots --output_dir "$OUTPUT_DIR" \
     --name speed_cuda_compile
