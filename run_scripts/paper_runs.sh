@@ -83,29 +83,17 @@ features_apparel() { apparel --config_name hub_configs/slstm-classification.json
 # ... and the encoder fine-tuned inside the model (all its layers, at the usual fine-tuning learning rate)
 TRAIN_ENCODER=feature_encoder_trainable_layers=-1
 FINETUNED_FEATURES=("${FEATURES[@]}" --feature_encoder_learning_rate 5e-5)
-features_finetuned_movie_review() {
-    movie_review --config_name hub_configs/slstm-classification.json \
-        --config_overrides "$WORDS_ONLY,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
+with_finetuned_features() {  # the run function, the config, its overrides
+    "$1" --config_name "$2" --config_overrides "$3,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
 }
-bilstm_features_finetuned_movie_review() {
-    movie_review --config_name hub_configs/baselines/bilstm1-classification.json \
-        --config_overrides "$WORDS_ONLY,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
-}
-features_finetuned_apparel() {
-    apparel --config_name hub_configs/slstm-classification.json \
-        --config_overrides "$WORDS_ONLY,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
-}
-bilstm_features_finetuned_apparel() {
-    apparel --config_name hub_configs/baselines/bilstm1-classification.json \
-        --config_overrides "$WORDS_ONLY,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
-}
-features_finetuned_conll_ner() {
-    ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
-}
-bilstm_features_finetuned_conll_ner() {
-    ner --config_name hub_configs/baselines/bilstm1-ner-crf.json \
-        --config_overrides "$CHARS,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
-}
+SLSTM_CLASSIFIER=hub_configs/slstm-classification.json
+BILSTM_CLASSIFIER=hub_configs/baselines/bilstm1-classification.json
+features_finetuned_movie_review() { with_finetuned_features movie_review "$SLSTM_CLASSIFIER" "$WORDS_ONLY"; }
+bilstm_features_finetuned_movie_review() { with_finetuned_features movie_review "$BILSTM_CLASSIFIER" "$WORDS_ONLY"; }
+features_finetuned_apparel() { with_finetuned_features apparel "$SLSTM_CLASSIFIER" "$WORDS_ONLY"; }
+bilstm_features_finetuned_apparel() { with_finetuned_features apparel "$BILSTM_CLASSIFIER" "$WORDS_ONLY"; }
+features_finetuned_conll_ner() { with_finetuned_features ner hub_configs/slstm-ner-crf.json "$CHARS"; }
+bilstm_features_finetuned_conll_ner() { with_finetuned_features ner hub_configs/baselines/bilstm1-ner-crf.json "$CHARS"; }
 features_conll_ner() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 features_conll_pos() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 bilstm_features_movie_review() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }

@@ -2,7 +2,8 @@
 
 import torch
 
-from modeling_slstm import SLSTMConfig
+from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification
+from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 
 VOCAB_SIZE = 20
 PAD, BOS, EOS = 0, 2, 3  # the config defaults (the word tokenizer's fixed ids)
@@ -48,6 +49,19 @@ def tagger_config(**overrides) -> SLSTMConfig:
     """`tiny_config` with the BIO labels of `BIO_LABELS`."""
     labels = {"id2label": dict(enumerate(BIO_LABELS)), "label2id": {label: i for i, label in enumerate(BIO_LABELS)}}
     return tiny_config(**{**labels, **overrides})
+
+
+def word_tagger(sentences: list[list[str]], use_crf: bool = True):
+    """A small BIO tagger (hidden 8, 2 steps, no dropout, default initialisation, seed 0) and the word tokenizer built
+    from `sentences`, its vocabulary in the config: `(model, tokenizer)`, as the training scripts pair them."""
+    tokenizer = build_word_tokenizer(sentences)
+    config = SLSTMConfig(
+        embedding_dim=8, hidden_size=8, num_steps=2, use_crf=use_crf, embedding_dropout=0.0,
+        id2label=dict(enumerate(BIO_LABELS)), label2id={label: i for i, label in enumerate(BIO_LABELS)},
+    )  # fmt: skip
+    update_config_from_tokenizer(config, tokenizer)
+    torch.manual_seed(0)
+    return SLSTMForTokenClassification(config), tokenizer
 
 
 def randomize_(model: torch.nn.Module, seed: int = 0, scale: float = 0.5) -> torch.nn.Module:

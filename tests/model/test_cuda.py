@@ -19,6 +19,7 @@ from helpers import (
     save_tiny_encoder,
     tagger_config,
     tiny_config,
+    word_tagger,
 )
 from transformers import (
     AutoConfig,
@@ -29,8 +30,8 @@ from transformers import (
     pipeline,
 )
 
-from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification
-from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
+from modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification
+from modeling_slstm.tokenization_slstm import build_word_tokenizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -158,17 +159,6 @@ SENTENCES = [["John", "lives", "in", "Paris", "."], ["Mary", "met", "John", "."]
 TAGS = [["B-PER", "O", "O", "B-LOC", "O"], ["B-PER", "O", "B-PER", "O"], ["B-LOC", "O", "O"]]
 
 
-def word_tagger():
-    tokenizer = build_word_tokenizer(SENTENCES)
-    config = SLSTMConfig(
-        embedding_dim=8, hidden_size=8, num_steps=2, use_crf=True, embedding_dropout=0.0,
-        id2label=dict(enumerate(BIO_LABELS)), label2id={label: i for i, label in enumerate(BIO_LABELS)},
-    )  # fmt: skip
-    update_config_from_tokenizer(config, tokenizer)
-    torch.manual_seed(0)
-    return SLSTMForTokenClassification(config), tokenizer
-
-
 def labelled_examples(tokenizer, label2id: dict) -> list[dict]:
     """Each sentence tokenized with its tags as label ids at the words and -100 at `<s>` and `</s>`."""
     examples = []
@@ -180,7 +170,7 @@ def labelled_examples(tokenizer, label2id: dict) -> list[dict]:
 
 
 def test_the_trainer_trains_on_the_gpu_and_the_checkpoint_loads_on_the_cpu(tmp_path):
-    model, tokenizer = word_tagger()
+    model, tokenizer = word_tagger(SENTENCES)
     arguments = TrainingArguments(
         output_dir=str(tmp_path), max_steps=40, per_device_train_batch_size=3, learning_rate=0.05, report_to=[],
         save_strategy="no", logging_steps=10, seed=0,
@@ -204,7 +194,7 @@ def test_the_trainer_trains_on_the_gpu_and_the_checkpoint_loads_on_the_cpu(tmp_p
 
 
 def test_pipeline_on_the_gpu_tags_as_on_the_cpu():
-    model, tokenizer = word_tagger()
+    model, tokenizer = word_tagger(SENTENCES)
     model.eval()
     texts = ["John lives in Paris .", "Mary met John", "Paris"]
     on_cpu = pipeline("token-classification", model=model, tokenizer=tokenizer, device="cpu", ignore_labels=[])

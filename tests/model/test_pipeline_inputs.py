@@ -5,25 +5,15 @@ import random
 
 import pytest
 import torch
-from helpers import BIO_LABELS, randomize_
+from helpers import BIO_LABELS, randomize_, word_tagger
 from transformers import pipeline
-
-from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification
-from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 
 VOCABULARY = [f"w{index}" for index in range(200)] + ["Paris", "John", "."]
 
 
 def tagger(use_crf: bool):
-    tokenizer = build_word_tokenizer([VOCABULARY])
-    config = SLSTMConfig(
-        embedding_dim=8, hidden_size=8, num_steps=2, use_crf=use_crf, embedding_dropout=0.0,
-        id2label=dict(enumerate(BIO_LABELS)), label2id={label: i for i, label in enumerate(BIO_LABELS)},
-    )  # fmt: skip
-    update_config_from_tokenizer(config, tokenizer)
-    torch.manual_seed(0)
-    model = randomize_(SLSTMForTokenClassification(config)).eval()
-    return model, tokenizer
+    model, tokenizer = word_tagger([VOCABULARY], use_crf)
+    return randomize_(model).eval(), tokenizer
 
 
 @pytest.mark.parametrize("use_crf", [False, True])
