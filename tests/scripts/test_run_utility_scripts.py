@@ -40,6 +40,7 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/feed_forward_frozen-movie_review-seed42-test.tsv": ("accuracy", "78.14"),
     "encoder-features/finetuned_minilm-movie_review-seed42-test.tsv": ("accuracy", "83.21"),
     "encoder-features/bilstm-movie_review-seed42-test.tsv": ("accuracy", "83.02"),
+    "encoder-features/bilstm-movie_review-seed43-test.tsv": ("accuracy", "83.21"),
     "encoder-features/slstm-movie_review-seed43-test.tsv": ("accuracy", "83.96"),
     "encoder-features/finetuned_minilm-movie_review-seed43-test.tsv": ("accuracy", "83.49"),
 }
