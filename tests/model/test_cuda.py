@@ -68,7 +68,7 @@ def float32_matmuls_on_the_gpu():
 def case_model(name: str):
     model_class, overrides = CASES[name]
     if model_class is SLSTMForTokenClassification:
-        return build(model_class, tagger_config(**overrides), num_labels=len(BIO_LABELS))
+        return build(model_class, tagger_config(**overrides))
     return build(model_class, tiny_config(num_labels=3, **overrides))
 
 
