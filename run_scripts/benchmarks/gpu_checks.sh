@@ -6,8 +6,8 @@
 #
 #   bash run_scripts/benchmarks/gpu_checks.sh [OUTPUT_DIR]   # the speed tables go to OUTPUT_DIR (docs/benchmarks)
 #
-# PYTEST_WORKERS=N runs the scripts' tests in N processes (needs pytest-xdist). A failing stage does not stop the
-# later ones; the exit status says whether any failed.
+# PYTEST_WORKERS=N runs the scripts' tests in N processes (needs pytest-xdist); STAGE_TIMEOUT=S stops a stage after S
+# seconds (a lent GPU is timed). A failing stage does not stop the later ones; the exit status says whether any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUTPUT_DIR=${1:-docs/benchmarks}
@@ -16,7 +16,7 @@ failed=0
 stage() {  # a title, then the command
     echo "== $(date -u +%T) $1"
     shift
-    "$@" || { echo "== stage failed: exit $?"; failed=1; }
+    timeout "${STAGE_TIMEOUT:-0}" "$@" || { echo "== stage failed: exit $?"; failed=1; }
 }
 
 stage "machine" nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -26,8 +26,8 @@ stage "model on the GPU" "$PYTHON" -m pytest -q -rs tests/model/test_cuda.py
 stage "training scripts on the GPU" "$PYTHON" -m pytest -q -rs ${PYTEST_WORKERS:+-n "$PYTEST_WORKERS"} \
     tests/scripts/test_run_ner.py tests/scripts/test_run_classification.py tests/scripts/test_run_encoder_features.py
 stage "speed" "$PYTHON" run_scripts/benchmarks/benchmark_speed.py --device cuda \
-    --models slstm slstm-reference bilstm1 bilstm2 cnn3 transformer5 --variants fp32 bf16 --slstm_variants \
-    --min_time 0.3 --no_plots --output_dir "$OUTPUT_DIR" --name speed_cuda
+    --models slstm slstm-reference bilstm1 bilstm2 cnn3 transformer5 --batch_sizes 32 --lengths 32 128 512 \
+    --variants fp32 bf16 --slstm_variants --min_time 0.3 --no_plots --output_dir "$OUTPUT_DIR" --name speed_cuda
 stage "speed with torch.compile" "$PYTHON" run_scripts/benchmarks/benchmark_speed.py --device cuda \
     --models slstm bilstm1 --batch_sizes 32 --lengths 512 --variants fp32 bf16 --slstm_variants compile \
     bf16+compile --slstm_variant_lengths 512 --min_time 0.3 --no_plots --output_dir "$OUTPUT_DIR" \
