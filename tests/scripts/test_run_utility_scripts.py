@@ -43,6 +43,16 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/bilstm-movie_review-seed43-test.tsv": ("accuracy", "83.21"),
     "encoder-features/slstm-movie_review-seed43-test.tsv": ("accuracy", "83.96"),
     "encoder-features/finetuned_minilm-movie_review-seed43-test.tsv": ("accuracy", "83.49"),
+    "encoder-features/slstm-movie_review-seed45-test.tsv": ("accuracy", "82.55"),
+    "encoder-features/bilstm-movie_review-seed44-test.tsv": ("accuracy", "83.02"),
+    "encoder-features/bilstm-movie_review-seed45-test.tsv": ("accuracy", "83.96"),
+    "encoder-features/finetuned_minilm-movie_review-seed44-test.tsv": ("accuracy", "83.40"),
+    "encoder-features/finetuned_minilm-movie_review-seed45-test.tsv": ("accuracy", "84.05"),
+    "encoder-features/finetuned_minilm-movie_review-seed46-test.tsv": ("accuracy", "83.86"),
+    "encoder-features/feed_forward_frozen-movie_review-seed43-test.tsv": ("accuracy", "78.14"),
+    "encoder-features/feed_forward_frozen-movie_review-seed44-test.tsv": ("accuracy", "79.27"),
+    "encoder-features/feed_forward_frozen-movie_review-seed45-test.tsv": ("accuracy", "78.71"),
+    "encoder-features/feed_forward_frozen-movie_review-seed46-test.tsv": ("accuracy", "79.46"),
 }
 
 
