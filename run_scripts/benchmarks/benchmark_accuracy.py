@@ -69,7 +69,7 @@ TASKS = {
         "metric": "accuracy",
         "data": lambda data: ["--rt_polarity_dir", str(data / "movie_review"), "--split_seed", "42"],
         "configs": {
-            "slstm": CONFIGS / "slstm-classification.json",
+            "slstm": CONFIGS / "slstm-classification-paper.json",
             "bilstm1": CONFIGS / "baselines" / "bilstm1-classification.json",
             "bilstm2": CONFIGS / "baselines" / "bilstm2-classification.json",
             "cnn3": CONFIGS / "baselines" / "cnn3-classification.json",

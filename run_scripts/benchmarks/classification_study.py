@@ -35,7 +35,7 @@ from run_scripts import REPOSITORY_ROOT
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 ROOT = REPOSITORY_ROOT
-CONFIG = ROOT / "hub_configs" / "slstm-classification.json"
+CONFIG = ROOT / "hub_configs" / "slstm-classification-paper.json"
 BILSTM_CONFIG = ROOT / "hub_configs" / "baselines" / "bilstm1-classification.json"
 WORDS_ONLY = "use_char_features=false"
 STEPS = (1, 3, 5, 7, 9, 11)

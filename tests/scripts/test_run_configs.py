@@ -22,7 +22,7 @@ from run_scripts.training.arguments import (
 PAPER = {
     "slstm-ner-crf.json": {"num_steps": 9, "use_crf": True},
     "slstm-pos.json": {"num_steps": 7, "use_crf": False},
-    "slstm-classification.json": {"num_steps": 9, "classifier_pooling": "attention"},
+    "slstm-classification-paper.json": {"num_steps": 9, "classifier_pooling": "attention"},
 }
 PAPER_RECIPE = {
     "learning_rate": 1e-3,
