@@ -79,7 +79,7 @@ def study_points() -> list[StudyPoint]:
         )
     ]
     # Whether the two changes that beat the reference on dev (each by 3-4 sentences of 1066) add up when combined.
-    points += [StudyPoint("selected", "selected", ("classifier_pooling=mean", "num_steps=7"))]
+    points += [StudyPoint("pooling=mean,steps=7", "combined", ("classifier_pooling=mean", "num_steps=7"))]
     points += [StudyPoint(f"hidden={size}", "hidden size", (f"hidden_size={size}",)) for size in (100, 200)]
     points += [StudyPoint(f"sentence_nodes={k}", "sentence nodes", (f"num_sentence_nodes={k}",)) for k in (0, 2)]
     # Last, as each half alone lost to the reference: the input initial state over the steps, and with L2.
