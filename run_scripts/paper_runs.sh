@@ -129,10 +129,14 @@ finetuned_minilm_movie_review_lr2e-5() { finetuned_encoder movie_review --learni
 finetuned_minilm_apparel() { finetuned_encoder apparel; }
 finetuned_minilm_conll_ner() { finetuned_encoder ner --tag_scheme iob2; }
 
-# The classification study's comparison over seeds 42-46 (docs/results.md), words only (the paper's input): the
-# S-LSTM in the setting chosen on the movie-review dev set, against bilstm_movie_review_words and bilstm_apparel_words.
+# The classification study's comparison over seeds 42-46 (docs/results.md), words only (the paper's input), each
+# encoder in the setting chosen on the movie-review dev set: the S-LSTM's config, and the BiLSTM's best point (1200
+# units, 600 per direction).
 selected_movie_review() { movie_review --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY"; }
 selected_apparel() { apparel --config_name hub_configs/slstm-classification.json --config_overrides "$WORDS_ONLY"; }
+BILSTM_SELECTED=$WORDS_ONLY,hidden_size=1200
+bilstm_selected_movie_review() { movie_review --config_name "$BILSTM_CLASSIFIER" --config_overrides "$BILSTM_SELECTED"; }
+bilstm_selected_apparel() { apparel --config_name "$BILSTM_CLASSIFIER" --config_overrides "$BILSTM_SELECTED"; }
 
 ALL="conll_ner_chars movie_review_chars conll_ner_words apparel_chars conll_pos_chars conll_pos_words
      bilstm_ner_chars bilstm_pos_chars bilstm_movie_review_chars movie_review_words apparel_words
