@@ -23,7 +23,8 @@ PAPER = {
     "slstm-ner-crf.json": {"num_steps": 9, "use_crf": True},
     "slstm-pos.json": {"num_steps": 7, "use_crf": False},
     "slstm-classification-paper.json": {"num_steps": 9, "classifier_pooling": "attention"},
-    "slstm-classification.json": {"num_steps": 7, "classifier_pooling": "attention"},  # chosen on dev, else the paper's
+    # chosen on dev, else the paper's
+    "slstm-classification.json": {"num_steps": 7, "classifier_pooling": "attention"},
 }
 PAPER_RECIPE = {
     "learning_rate": 1e-3,
