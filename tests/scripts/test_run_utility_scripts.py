@@ -45,6 +45,7 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/finetuned_minilm-movie_review-seed43-test.tsv": ("accuracy", "83.49"),
     "encoder-features/slstm-movie_review-seed45-test.tsv": ("accuracy", "82.55"),
     "encoder-features/slstm-movie_review-seed44-test.tsv": ("accuracy", "83.11"),
+    "encoder-features/slstm-movie_review-seed46-test.tsv": ("accuracy", "84.90"),
     "encoder-features/bilstm-movie_review-seed44-test.tsv": ("accuracy", "83.02"),
     "encoder-features/bilstm-movie_review-seed45-test.tsv": ("accuracy", "83.96"),
     "encoder-features/finetuned_minilm-movie_review-seed44-test.tsv": ("accuracy", "83.40"),
