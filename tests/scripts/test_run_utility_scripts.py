@@ -48,6 +48,7 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/slstm-movie_review-seed46-test.tsv": ("accuracy", "84.90"),
     "encoder-features/bilstm-movie_review-seed44-test.tsv": ("accuracy", "83.02"),
     "encoder-features/bilstm-movie_review-seed45-test.tsv": ("accuracy", "83.96"),
+    "encoder-features/bilstm-movie_review-seed46-test.tsv": ("accuracy", "84.43"),
     "encoder-features/finetuned_minilm-movie_review-seed44-test.tsv": ("accuracy", "83.40"),
     "encoder-features/finetuned_minilm-movie_review-seed45-test.tsv": ("accuracy", "84.05"),
     "encoder-features/finetuned_minilm-movie_review-seed46-test.tsv": ("accuracy", "83.86"),
