@@ -33,6 +33,17 @@ DOCUMENTED_TEST_SCORES = {
     "apparel-seed44-test.tsv": ("accuracy", "84.25"),
     "bilstm-apparel-seed43-test.tsv": ("accuracy", "79.50"),
     "bilstm-apparel-seed44-test.tsv": ("accuracy", "85.00"),
+    # the classification study's final comparison, 5 seeds (docs/results.md)
+    "classification-seeds/slstm-apparel-seed42-test.tsv": ("accuracy", "82.25"),
+    "classification-seeds/slstm-apparel-seed43-test.tsv": ("accuracy", "86.50"),
+    "classification-seeds/slstm-apparel-seed44-test.tsv": ("accuracy", "85.00"),
+    "classification-seeds/slstm-apparel-seed45-test.tsv": ("accuracy", "84.50"),
+    "classification-seeds/slstm-apparel-seed46-test.tsv": ("accuracy", "83.75"),
+    "classification-seeds/bilstm-apparel-seed42-test.tsv": ("accuracy", "82.25"),
+    "classification-seeds/bilstm-apparel-seed43-test.tsv": ("accuracy", "83.00"),
+    "classification-seeds/bilstm-apparel-seed44-test.tsv": ("accuracy", "78.75"),
+    "classification-seeds/bilstm-apparel-seed45-test.tsv": ("accuracy", "84.00"),
+    "classification-seeds/bilstm-apparel-seed46-test.tsv": ("accuracy", "82.00"),
     # beyond the paper: a pretrained encoder's word features (docs/results.md, its own section)
     "encoder-features/slstm-movie_review-seed42-test.tsv": ("accuracy", "83.68"),
     "encoder-features/slstm_frozen-movie_review-seed42-test.tsv": ("accuracy", "80.39"),
