@@ -55,7 +55,7 @@ from contextlib import contextmanager
 
 from tokenizers import Encoding, Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerFast
-from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER, TruncationStrategy
 from transformers.utils import PaddingStrategy
 
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig
@@ -274,8 +274,9 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             also returns `subword_ids`, `subword_attention_mask` and `subword_to_word` (see the module docstring).
             Its own truncation and padding settings are switched off: nothing is cut silently.
         subword_max_length (`int`, *optional*):
-            The most subwords (framing included) the feature encoder reads; a longer sentence raises a `ValueError`
-            naming it.
+            The most subwords (framing included) the feature encoder reads. With truncation on (`truncation=True`
+            and a `max_length`), pre-split sentences (`is_split_into_words=True`) also lose their last words until
+            their subwords fit; any other longer sentence raises a `ValueError` naming it.
         kwargs:
             The arguments of `PreTrainedTokenizerFast` (`tokenizer_object` or `tokenizer_file`, special tokens,
             `model_max_length`, ...). `split_special_tokens` defaults to `True`: the text's own `<s>` is a word.
@@ -400,7 +401,8 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         if self.subword_max_length is not None and len(subwords.ids) > self.subword_max_length:
             raise ValueError(
                 f"Sentence {sentence_index} is {len(subwords.ids)} subwords long for the feature encoder, which reads "
-                f"at most {self.subword_max_length}: shorten it (e.g. truncation=True with a smaller max_length)"
+                f"at most {self.subword_max_length}: shorten it, or pass it split into words with truncation=True and "
+                "a max_length, which also drops its last words until its subwords fit"
             )
         # Without words only the first framing token leads.
         first_word = next((j for j, word in enumerate(subwords.word_ids) if word is not None), 1)
@@ -416,6 +418,30 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             else:
                 to_word.append(framing[0] if j < first_word else framing[-1])
         return subwords.ids, to_word
+
+    def _words_within_subword_limit(
+        self, words: Sequence[str], add_special_tokens: bool, sentence_index: int
+    ) -> Sequence[str]:
+        """The longest prefix of the pre-split sentence `words` whose subwords, with the encoder's framing, fit in
+        `subword_max_length` (at least one word). Pre-split words are cut into subwords one by one, so every word
+        has a fixed count."""
+        subwords = self.subword_backend.encode(
+            list(words), is_pretokenized=True, add_special_tokens=add_special_tokens
+        )
+        if len(subwords.ids) <= self.subword_max_length:
+            return words
+        budget = self.subword_max_length - sum(word is None for word in subwords.word_ids)
+        pieces_per_word = Counter(word for word in subwords.word_ids if word is not None)
+        kept = 0
+        while kept < len(words) and pieces_per_word[kept] <= budget:
+            budget -= pieces_per_word[kept]
+            kept += 1
+        if kept == 0:
+            raise ValueError(
+                f"The first word of sentence {sentence_index} alone is {pieces_per_word[0]} subwords for the feature "
+                f"encoder, which reads at most {self.subword_max_length} with its framing: nothing is left to keep"
+            )
+        return words[:kept]
 
     @staticmethod
     def _padded_subword_columns(columns: Mapping[str, Sequence[Sequence[int]]]) -> dict[str, list[list[int]]]:
@@ -460,6 +486,17 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             )
         if isinstance(pairs, (list, tuple)):
             _check_sentences(pairs, is_split_into_words, allow_empty_text=aligns_to_text)
+        truncation = kwargs.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE)
+        if (
+            self.subword_backend is not None
+            and self.subword_max_length is not None
+            and is_split_into_words
+            and truncation != TruncationStrategy.DO_NOT_TRUNCATE
+        ):
+            add_special_tokens = kwargs.get("add_special_tokens", True)
+            texts = [
+                self._words_within_subword_limit(words, add_special_tokens, index) for index, words in enumerate(texts)
+            ]
 
         # Encoded as a batch, without tensors: the rows are completed below, then unbatched or converted.
         with self._words_kept_whole(is_split_into_words):

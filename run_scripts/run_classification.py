@@ -204,11 +204,9 @@ def main():
 def tokenize(
     split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args, char_ids: bool
 ):
-    """One split tokenised (whitespace-split words) with label ids; examples over `max_length` are truncated."""
-    truncated = data.count_truncated((len(e["text"].split()) for e in examples), max_length)
-    if truncated:
-        logger.warning(f"{split}: {truncated} example(s) longer than --max_seq_length {max_length} are truncated")
-    return data.tokenize_split(
+    """One split tokenised (whitespace-split words) with label ids; examples over `max_length` tokens, or over the
+    feature encoder's subword limit, are truncated."""
+    tokenized = data.tokenize_split(
         split,
         examples,
         data.tokenize_texts,
@@ -218,6 +216,13 @@ def tokenize(
         label2id=label2id,
         max_length=max_length,
     )
+    truncated = data.count_truncated((len(e["text"].split()) for e in examples), tokenized["length"])
+    if truncated:
+        logger.warning(
+            f"{split}: {truncated} example(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
+            "included) or than the feature encoder's subword limit are truncated"
+        )
+    return tokenized
 
 
 def write_predictions(output_dir: Path, test_examples: list[dict], predicted_labels: list[str]) -> None:

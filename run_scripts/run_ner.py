@@ -382,15 +382,9 @@ def fresh_label_list(raw: dict, include_eval_labels: bool, data_scheme, label_sc
 def tokenize(
     split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args, char_ids: bool
 ):
-    """One split tokenised with its labels aligned to the tokens; sentences over `max_length` are truncated."""
-    truncated = data.count_truncated((len(e["tokens"]) for e in examples), max_length)
-    if truncated:
-        logger.warning(
-            f"{split}: {truncated} sentence(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
-            "included) are truncated; the test predictions give their remaining words 'O' (scored as missed in the "
-            "test metrics), validation scores only the kept words"
-        )
-    return data.tokenize_split(
+    """One split tokenised with its labels aligned to the tokens; sentences over `max_length` tokens, or over the
+    feature encoder's subword limit, are truncated."""
+    tokenized = data.tokenize_split(
         split,
         examples,
         data.tokenize_and_align_labels,
@@ -400,6 +394,14 @@ def tokenize(
         label2id=label2id,
         max_length=max_length,
     )
+    truncated = data.count_truncated((len(e["tokens"]) for e in examples), tokenized["length"])
+    if truncated:
+        logger.warning(
+            f"{split}: {truncated} sentence(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
+            "included) or than the feature encoder's subword limit are truncated; the test predictions give their "
+            "remaining words 'O' (scored as missed in the test metrics), validation scores only the kept words"
+        )
+    return tokenized
 
 
 def prediction_rows(test_examples: list[dict], predicted_tags, data_scheme, label_scheme) -> list[tuple]:

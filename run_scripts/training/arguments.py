@@ -114,8 +114,9 @@ class DataArguments:
         default=512,
         metadata={
             "help": "Maximum tokens per training, validation and test example, <s> and </s> included; longer examples "
-            "are truncated with a warning. Only the scripts cut: the saved tokenizer has no length limit (nor has "
-            "the S-LSTM), so pipeline(...) tags long texts whole."
+            "are truncated with a warning, as are examples whose subwords exceed a feature encoder's limit (their "
+            "last words are dropped until they fit). Only the scripts cut: the saved tokenizer has no length limit "
+            "(nor has the S-LSTM), so pipeline(...) tags long texts whole."
         },
     )
     include_eval_labels: bool = field(

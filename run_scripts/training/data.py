@@ -397,9 +397,11 @@ def tokenize_texts(examples: dict, tokenizer, label2id: dict[str, int], max_leng
     return encoded
 
 
-def count_truncated(lengths: Iterable[int], max_length: int) -> int:
-    """Number of examples whose framed length (`n + 2` for `<s>`/`</s>`) exceeds `max_length`."""
-    return sum(length + 2 > max_length for length in lengths)
+def count_truncated(word_counts: Iterable[int], token_lengths: Iterable[int]) -> int:
+    """Number of examples that lost words to truncation: tokenised (`token_lengths`, `<s>` and `</s>` included) shorter
+    than their framed word count (`n + 2`), whichever limit cut them (`--max_seq_length` or, with a feature encoder,
+    its subword limit)."""
+    return sum(length < count + 2 for count, length in zip(word_counts, token_lengths, strict=True))
 
 
 def tokenize_split(

