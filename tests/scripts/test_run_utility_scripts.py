@@ -97,6 +97,8 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/feed_forward_frozen-apparel-seed44-test.tsv": ("accuracy", "86.50"),
     "encoder-features/feed_forward_frozen-apparel-seed45-test.tsv": ("accuracy", "84.75"),
     "encoder-features/feed_forward_frozen-apparel-seed46-test.tsv": ("accuracy", "86.50"),
+    "encoder-features/finetuned_minilm-conll2003-ner-seed42-test.txt": ("f1", "84.97"),
+    "encoder-features/finetuned_minilm-conll2003-ner-seed43-test.txt": ("f1", "85.73"),
 }
 
 
