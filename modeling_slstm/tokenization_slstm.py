@@ -486,6 +486,7 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             )
         if isinstance(pairs, (list, tuple)):
             _check_sentences(pairs, is_split_into_words, allow_empty_text=aligns_to_text)
+        add_special_tokens = kwargs.get("add_special_tokens", True)
         truncation = kwargs.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE)
         if (
             self.subword_backend is not None
@@ -493,7 +494,6 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             and is_split_into_words
             and truncation != TruncationStrategy.DO_NOT_TRUNCATE
         ):
-            add_special_tokens = kwargs.get("add_special_tokens", True)
             texts = [
                 self._words_within_subword_limit(words, add_special_tokens, index) for index, words in enumerate(texts)
             ]
@@ -510,7 +510,6 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             )
         samples = encoded.get("overflow_to_sample_mapping", range(len(encoded.encodings)))
         char_ids, subword_rows = [], []
-        add_special_tokens = kwargs.get("add_special_tokens", True)
         for row, (encoding, sample) in enumerate(zip(encoded.encodings, samples)):
             sentences = (texts[sample], None if pairs is None else pairs[sample])
             token_texts = self._token_texts(encoding, sentences, is_split_into_words)
