@@ -107,6 +107,8 @@ features_finetuned_apparel() { with_finetuned_features apparel "$PAPER_CLASSIFIE
 bilstm_features_finetuned_apparel() { with_finetuned_features apparel "$BILSTM_CLASSIFIER" "$WORDS_ONLY"; }
 features_finetuned_conll_ner() { with_finetuned_features ner hub_configs/slstm-ner-crf.json "$CHARS"; }
 bilstm_features_finetuned_conll_ner() { with_finetuned_features ner hub_configs/baselines/bilstm1-ner-crf.json "$CHARS"; }
+features_finetuned_conll_pos() { with_finetuned_features pos hub_configs/slstm-pos.json "$CHARS"; }
+bilstm_features_finetuned_conll_pos() { with_finetuned_features pos hub_configs/baselines/bilstm1-pos.json "$CHARS"; }
 features_conll_ner() { ner --config_name hub_configs/slstm-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 features_conll_pos() { pos --config_name hub_configs/slstm-pos.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 bilstm_features_movie_review() { movie_review --config_name "$BILSTM_CLASSIFIER" --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
@@ -114,6 +116,7 @@ bilstm_features_conll_ner() { ner --config_name hub_configs/baselines/bilstm1-ne
 feed_forward_features_movie_review() { movie_review --config_name hub_configs/baselines/feed_forward1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 feed_forward_features_apparel() { apparel --config_name hub_configs/baselines/feed_forward1-classification.json --config_overrides "$WORDS_ONLY" "${FEATURES[@]}"; }
 feed_forward_features_conll_ner() { ner --config_name hub_configs/baselines/feed_forward1-ner-crf.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
+feed_forward_features_conll_pos() { pos --config_name hub_configs/baselines/feed_forward1-pos.json --config_overrides "$CHARS" "${FEATURES[@]}"; }
 # What most users would pick instead: all-MiniLM-L6-v2 fine-tuned with a new head, the usual recipe (lr 5e-5 with
 # linear decay, batches of 32, 3 epochs, the best epoch on dev; entities in IOB2, as the data has them).
 finetuned_encoder() {  # the run function, then extra arguments
@@ -128,6 +131,7 @@ finetuned_minilm_movie_review_lr3e-5() { finetuned_encoder movie_review --learni
 finetuned_minilm_movie_review_lr2e-5() { finetuned_encoder movie_review --learning_rate 2e-5; }
 finetuned_minilm_apparel() { finetuned_encoder apparel; }
 finetuned_minilm_conll_ner() { finetuned_encoder ner --tag_scheme iob2; }
+finetuned_minilm_conll_pos() { finetuned_encoder pos; }
 
 # The classification study's comparison over seeds 42-46 (docs/results.md), words only (the paper's input), each
 # encoder in the setting chosen on the movie-review dev set: the S-LSTM's config, and the BiLSTM's best point (1200

@@ -9,6 +9,7 @@ from accelerate.commands.config.config_args import ClusterConfig
 from script_helpers import REPO
 from transformers import AutoConfig
 
+from baselines import BaselineEncoderConfig
 from modeling_slstm import SLSTMConfig
 from run_scripts.training import model_setup
 from run_scripts.training.arguments import (
@@ -47,6 +48,23 @@ def test_paper_configs(name):
     assert recipe == PAPER_RECIPE
     assert not hasattr(config, model_setup.RECIPE_KEY)
     assert model_setup.RECIPE_KEY not in config.to_json_string()
+
+
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "hub_configs" / "baselines").glob("*.json")), ids=lambda path: path.name
+)
+def test_baseline_configs_match_their_names(path):
+    """`{encoder}{layers}-{task}.json`: the encoder and layer count its name says, a CRF exactly for NER, and the
+    paper's recipe (the baselines ship none of their own, so the comparisons share the S-LSTM's)."""
+    encoder_and_layers, task = path.stem.split("-", 1)
+    config, recipe = model_setup.load_fresh_config(ModelArguments(config_name=str(path)))
+    assert isinstance(config, BaselineEncoderConfig)
+    assert f"{config.encoder_type}{config.num_layers}" == encoder_and_layers
+    assert config.use_crf == (task == "ner-crf")
+    assert recipe is None
+    training_args = SLSTMTrainingArguments(output_dir="unused", report_to="none")
+    model_setup.apply_training_recipe(training_args, set(), config, recipe, path.name)
+    assert {name: getattr(training_args, name) for name in PAPER_RECIPE} == PAPER_RECIPE
 
 
 def test_recipe_key_does_not_break_config_loading(tmp_path):
