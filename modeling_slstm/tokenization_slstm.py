@@ -274,9 +274,9 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             also returns `subword_ids`, `subword_attention_mask` and `subword_to_word` (see the module docstring).
             Its own truncation and padding settings are switched off: nothing is cut silently.
         subword_max_length (`int`, *optional*):
-            The most subwords (framing included) the feature encoder reads. With truncation on (`truncation=True`
-            and a `max_length`), pre-split sentences (`is_split_into_words=True`) also lose their last words until
-            their subwords fit; any other longer sentence raises a `ValueError` naming it.
+            The most subwords (framing included) the feature encoder reads. With truncation on (`truncation=True`,
+            which [`build_word_tokenizer`] makes mean this limit), a sentence, pre-split or raw text, also loses its
+            last words until its subwords fit; without it, a longer sentence raises a `ValueError` naming it.
         kwargs:
             The arguments of `PreTrainedTokenizerFast` (`tokenizer_object` or `tokenizer_file`, special tokens,
             `model_max_length`, ...). `split_special_tokens` defaults to `True`: the text's own `<s>` is a word.
@@ -401,8 +401,8 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         if self.subword_max_length is not None and len(subwords.ids) > self.subword_max_length:
             raise ValueError(
                 f"Sentence {sentence_index} is {len(subwords.ids)} subwords long for the feature encoder, which reads "
-                f"at most {self.subword_max_length}: shorten it, or pass it split into words with truncation=True and "
-                "a max_length, which also drops its last words until its subwords fit"
+                f"at most {self.subword_max_length}: shorten it, or pass truncation=True, which drops its last words "
+                "until its subwords fit"
             )
         # Without words only the first framing token leads.
         first_word = next((j for j, word in enumerate(subwords.word_ids) if word is not None), 1)
@@ -419,17 +419,15 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
                 to_word.append(framing[0] if j < first_word else framing[-1])
         return subwords.ids, to_word
 
-    def _words_within_subword_limit(
-        self, words: Sequence[str], add_special_tokens: bool, sentence_index: int
-    ) -> Sequence[str]:
-        """The longest prefix of the pre-split sentence `words` whose subwords, with the encoder's framing, fit in
-        `subword_max_length` (at least one word). Pre-split words are cut into subwords one by one, so every word
-        has a fixed count."""
+    def _words_fitting_subword_limit(self, words: Sequence[str], add_special_tokens: bool, sentence_index: int) -> int:
+        """How many leading words of `words` fit, subwords and the encoder's framing together, in
+        `subword_max_length` (at least one). Pre-split words are cut into subwords one by one, so every word has a
+        fixed count."""
         subwords = self.subword_backend.encode(
             list(words), is_pretokenized=True, add_special_tokens=add_special_tokens
         )
         if len(subwords.ids) <= self.subword_max_length:
-            return words
+            return len(words)
         budget = self.subword_max_length - sum(word is None for word in subwords.word_ids)
         pieces_per_word = Counter(word for word in subwords.word_ids if word is not None)
         kept = 0
@@ -441,7 +439,22 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
                 f"The first word of sentence {sentence_index} alone is {pieces_per_word[0]} subwords for the feature "
                 f"encoder, which reads at most {self.subword_max_length} with its framing: nothing is left to keep"
             )
-        return words[:kept]
+        return kept
+
+    def _within_subword_limit(
+        self, sentence: str | Sequence[str], is_split_into_words: bool, add_special_tokens: bool, sentence_index: int
+    ) -> str | Sequence[str]:
+        """The sentence (pre-split words or raw text) without the last words that do not fit in
+        `subword_max_length`; raw text is cut after its last kept word, split as the tokenizer splits it."""
+        if is_split_into_words:
+            return sentence[: self._words_fitting_subword_limit(sentence, add_special_tokens, sentence_index)]
+        words_and_offsets = self.backend_tokenizer.pre_tokenizer.pre_tokenize_str(sentence)
+        if not words_and_offsets:  # an empty text, which only alignment to the text allows
+            return sentence
+        words = [word for word, _ in words_and_offsets]
+        kept = self._words_fitting_subword_limit(words, add_special_tokens, sentence_index)
+        _, (_, end_of_last_kept) = words_and_offsets[kept - 1]
+        return sentence if kept == len(words) else sentence[:end_of_last_kept]
 
     @staticmethod
     def _padded_subword_columns(columns: Mapping[str, Sequence[Sequence[int]]]) -> dict[str, list[list[int]]]:
@@ -491,11 +504,11 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         if (
             self.subword_backend is not None
             and self.subword_max_length is not None
-            and is_split_into_words
             and truncation != TruncationStrategy.DO_NOT_TRUNCATE
         ):
             texts = [
-                self._words_within_subword_limit(words, add_special_tokens, index) for index, words in enumerate(texts)
+                self._within_subword_limit(sentence, is_split_into_words, add_special_tokens, index)
+                for index, sentence in enumerate(texts)
             ]
 
         # Encoded as a batch, without tensors: the rows are completed below, then unbatched or converted.
@@ -584,7 +597,7 @@ def build_word_tokenizer(
     min_frequency: int = 1,
     extra_vocabulary: Iterable[str] | None = None,
     lowercase: bool = False,
-    model_max_length: int = VERY_LARGE_INTEGER,
+    model_max_length: int | None = None,
     max_word_length: int = DEFAULT_MAX_WORD_LENGTH,
     min_char_frequency: int = 1,
     subword_tokenizer: PreTrainedTokenizerFast | None = None,
@@ -608,10 +621,13 @@ def build_word_tokenizer(
         lowercase (`bool`, *optional*, defaults to `False`):
             Whether to lower-case all text, when building the vocabulary and when encoding. The characters keep
             their case.
-        model_max_length (`int`, *optional*, defaults to `VERY_LARGE_INTEGER`, no limit):
+        model_max_length (`int`, *optional*):
             Maximum number of tokens, `<s>` and `</s>` included, used when truncating. The S-LSTM has no length
             limit (its cost grows linearly with length), so by default nothing is truncated, in `pipeline(...)`
-            either; the training scripts cut their examples with their own `--max_seq_length`.
+            either; the training scripts cut their examples with their own `--max_seq_length`. With a
+            `subword_tokenizer` the default is the feature encoder's limit instead (the subword tokenizer's
+            `model_max_length`): a sentence has no more words than subwords, and `truncation=True` then cuts every
+            sentence to what the encoder reads, as with the encoder's own tokenizer.
         max_word_length (`int`, *optional*, defaults to 20):
             Characters kept per word in `char_ids` (longer words keep their first `max_word_length` characters).
         min_char_frequency (`int`, *optional*, defaults to 1):
@@ -620,7 +636,8 @@ def build_word_tokenizer(
         subword_tokenizer (`PreTrainedTokenizerFast`, *optional*):
             The tokenizer of a pretrained feature encoder (e.g. `AutoTokenizer.from_pretrained` of a BERT folder):
             the tokenizer then also returns that encoder's subword inputs (see the module docstring), and saves the
-            subword tokenizer with itself. Its `model_max_length` bounds the subwords of a sentence.
+            subword tokenizer with itself. Its `model_max_length` bounds the subwords of a sentence (longer
+            sentences raise a `ValueError`, or lose their last words with `truncation=True`).
 
     Returns:
         [`SLSTMTokenizer`]: The tokenizer. Call it with `is_split_into_words=True` on pre-split words (one token per
@@ -635,6 +652,9 @@ def build_word_tokenizer(
         if value < 1:
             raise ValueError(f"Expected {name} to be at least 1, got {value}.")
     sentences = _validated_sentences(sentences)
+    subword_max_length = None if subword_tokenizer is None else subword_tokenizer.model_max_length
+    if model_max_length is None:
+        model_max_length = VERY_LARGE_INTEGER if subword_max_length is None else subword_max_length
 
     tokenizer = _empty_word_tokenizer(lowercase)
     words = _count_training_words(tokenizer, sentences, min_frequency)
@@ -659,7 +679,7 @@ def build_word_tokenizer(
         eos_token=EOS_TOKEN,
         model_max_length=model_max_length,
         subword_tokenizer=None if subword_tokenizer is None else subword_tokenizer.backend_tokenizer.to_str(),
-        subword_max_length=None if subword_tokenizer is None else subword_tokenizer.model_max_length,
+        subword_max_length=subword_max_length,
     )
 
 

@@ -179,6 +179,7 @@ def test_save_and_load_keep_features_and_tokenizer(encoder_folder, tokenizer, tm
     assert not any(p.requires_grad for p in loaded.base_model.embeddings.subword_features.parameters())
     text = "New York's unbelievable cats."
     assert loaded_tokenizer(text) == tokenizer(text)
+    assert loaded_tokenizer.model_max_length == tokenizer.model_max_length == 64  # the tiny BERT's limit
     with torch.no_grad():
         torch.testing.assert_close(
             loaded(**loaded_tokenizer(text, return_tensors="pt")).logits,
@@ -202,6 +203,29 @@ def test_pipeline_tags_raw_texts_with_features(encoder_folder, tokenizer):
     assert [entity["entity"] for entity in one_by_one[0]] == [tag for tag in tags if tag != "O"]
 
 
+def test_pipelines_cut_long_raw_texts_to_what_the_encoder_reads(encoder_folder, subword_tokenizer):
+    """A text longer than the encoder reads is tagged up to its last word that fits (oracle: the longest prefix
+    whose subwords fit), as the token-classification pipeline asks for truncation by itself; classification asks
+    for it with `truncation=True`."""
+    short = build_word_tokenizer(SENTENCES, subword_tokenizer=subword_tokenizer)
+    short.subword_max_length = 12
+    words = ["The", "unbelievable", "cats", "zq", "New", "York", "xylophones"]  # 23 subwords with the framing
+    kept = max(k for k in range(len(words) + 1) if len(expected_subwords(subword_tokenizer, words[:k])[0]) <= 12)
+    assert 0 < kept < len(words) - 1
+    long_text, kept_text = " ".join(words), " ".join(words[:kept])
+    tagger = pipeline(
+        "token-classification", model=feature_model(SLSTMForTokenClassification, encoder_folder), tokenizer=short
+    )
+    tags = tagger(long_text)
+    assert tags == tagger(kept_text) and tags  # a random model tags some words (of those kept)
+    classifier = pipeline(
+        "text-classification", model=feature_model(SLSTMForSequenceClassification, encoder_folder), tokenizer=short
+    )
+    assert classifier(long_text, truncation=True) == classifier(kept_text)
+    with pytest.raises(ValueError, match="Sentence 0 is 23 subwords long"):
+        classifier(long_text)
+
+
 def test_missing_or_inconsistent_subword_inputs_are_named(encoder_folder, tokenizer):
     model = feature_model(SLSTMModel, encoder_folder)
     batch = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
@@ -222,8 +246,10 @@ def test_tokenizer_errors_name_the_problem(subword_tokenizer):
         ValueError, match="Sentence 1 is 8 subwords long for the feature encoder, which reads at most 6"
     ):
         short([["a"], ["unbelievable", "zq"]], is_split_into_words=True)
-    with pytest.raises(ValueError, match="Sentence 0 is 8 subwords long"):  # raw text is not cut: it has no words yet
-        short("unbelievable zq", truncation=True)
+    with pytest.raises(ValueError, match="Sentence 0 is 8 subwords long .* or pass truncation=True"):
+        short("unbelievable zq")
+    with pytest.raises(ValueError, match="first word of sentence 0 alone is 10 subwords"):
+        short("xylophones zq", truncation=True)
     with pytest.raises(
         ValueError, match="first word of sentence 1 alone is 10 subwords .* at most 6 with its framing"
     ):
@@ -245,6 +271,10 @@ def test_truncation_drops_last_words_until_the_subwords_fit(subword_tokenizer, s
     prefixes = [words[: max(k for k in range(len(words) + 1) if fits(words[:k]))] for words in SENTENCES]
     truncated = short(SENTENCES, is_split_into_words=True, truncation=True, max_length=1000)
     assert dict(truncated) == dict(short(prefixes, is_split_into_words=True))
+    # raw text (whose split gives the same words here) is cut after its last kept word; truncation=True needs no
+    # max_length: the tokenizer's model_max_length is the subword tokenizer's
+    raw = short([" ".join(words) for words in SENTENCES], truncation=True)
+    assert dict(raw) == dict(short([" ".join(words) for words in prefixes]))
     # the word-level max_length still cuts too: whichever limit is tighter wins
     both = short(SENTENCES, is_split_into_words=True, truncation=True, max_length=4)
     assert both["input_ids"] == [ids[:3] + ids[-1:] if len(ids) > 4 else ids for ids in truncated["input_ids"]]
