@@ -276,7 +276,8 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         subword_max_length (`int`, *optional*):
             The most subwords (framing included) the feature encoder reads. With truncation on (`truncation=True`,
             which [`build_word_tokenizer`] makes mean this limit), a sentence, pre-split or raw text, also loses its
-            last words until its subwords fit; without it, a longer sentence raises a `ValueError` naming it.
+            last words until its subwords fit; without it, a longer sentence raises a `ValueError` naming it, as
+            does a longer window with `return_overflowing_tokens` (windows cover the whole text).
         kwargs:
             The arguments of `PreTrainedTokenizerFast` (`tokenizer_object` or `tokenizer_file`, special tokens,
             `model_max_length`, ...). `split_special_tokens` defaults to `True`: the text's own `<s>` is a word.
@@ -402,7 +403,8 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             raise ValueError(
                 f"Sentence {sentence_index} is {len(subwords.ids)} subwords long for the feature encoder, which reads "
                 f"at most {self.subword_max_length}: shorten it, or pass truncation=True, which drops its last words "
-                "until its subwords fit"
+                "until its subwords fit (windows over a long text, return_overflowing_tokens or a pipeline's stride, "
+                "must each fit: give them a smaller max_length)"
             )
         # Without words only the first framing token leads.
         first_word = next((j for j, word in enumerate(subwords.word_ids) if word is not None), 1)
@@ -501,10 +503,13 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
             _check_sentences(pairs, is_split_into_words, allow_empty_text=aligns_to_text)
         add_special_tokens = kwargs.get("add_special_tokens", True)
         truncation = kwargs.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE)
+        # Windows over a long text (`return_overflowing_tokens`, the pipelines' `stride`) cover all of it instead:
+        # each window is checked against the limit.
         if (
             self.subword_backend is not None
             and self.subword_max_length is not None
             and truncation != TruncationStrategy.DO_NOT_TRUNCATE
+            and not return_overflowing_tokens
         ):
             texts = [
                 self._within_subword_limit(sentence, is_split_into_words, add_special_tokens, index)

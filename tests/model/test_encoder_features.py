@@ -208,10 +208,10 @@ def test_pipelines_cut_long_raw_texts_to_what_the_encoder_reads(encoder_folder, 
     whose subwords fit), as the token-classification pipeline asks for truncation by itself; classification asks
     for it with `truncation=True`."""
     short = build_word_tokenizer(SENTENCES, subword_tokenizer=subword_tokenizer)
-    short.subword_max_length = 12
+    short.subword_max_length = 13
     words = ["The", "unbelievable", "cats", "zq", "New", "York", "xylophones"]  # 23 subwords with the framing
-    kept = max(k for k in range(len(words) + 1) if len(expected_subwords(subword_tokenizer, words[:k])[0]) <= 12)
-    assert 0 < kept < len(words) - 1
+    kept = max(k for k in range(len(words) + 1) if len(expected_subwords(subword_tokenizer, words[:k])[0]) <= 13)
+    assert 0 < kept < len(words)
     long_text, kept_text = " ".join(words), " ".join(words[:kept])
     tagger = pipeline(
         "token-classification", model=feature_model(SLSTMForTokenClassification, encoder_folder), tokenizer=short
@@ -224,6 +224,14 @@ def test_pipelines_cut_long_raw_texts_to_what_the_encoder_reads(encoder_folder, 
     assert classifier(long_text, truncation=True) == classifier(kept_text)
     with pytest.raises(ValueError, match="Sentence 0 is 23 subwords long"):
         classifier(long_text)
+    # windows over the text (a pipeline's stride) cover all of it, each checked against the limit
+    windows = short(long_text, truncation=True, max_length=4, stride=1, return_overflowing_tokens=True)
+    assert [windows.tokens(i)[1:-1] for i in range(len(windows["input_ids"]))] == [
+        words[start : start + 2] for start in range(len(words) - 1)
+    ]
+    short.subword_max_length = 12  # "York xylophones" is 13 subwords with the framing
+    with pytest.raises(ValueError, match="is 13 subwords long .* must each fit: give them a smaller max_length"):
+        short(long_text, truncation=True, max_length=4, stride=1, return_overflowing_tokens=True)
 
 
 def test_missing_or_inconsistent_subword_inputs_are_named(encoder_folder, tokenizer):
