@@ -99,6 +99,8 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/feed_forward_frozen-apparel-seed46-test.tsv": ("accuracy", "86.50"),
     "encoder-features/finetuned_minilm-conll2003-ner-seed42-test.txt": ("f1", "84.97"),
     "encoder-features/finetuned_minilm-conll2003-ner-seed43-test.txt": ("f1", "85.73"),
+    "encoder-features/slstm-conll2003-ner-seed42-test.txt": ("f1", "90.37"),
+    "encoder-features/slstm-conll2003-ner-seed43-test.txt": ("f1", "90.12"),
 }
 
 
