@@ -451,12 +451,13 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         if is_split_into_words:
             return sentence[: self._words_fitting_subword_limit(sentence, add_special_tokens, sentence_index)]
         words_and_offsets = self.backend_tokenizer.pre_tokenizer.pre_tokenize_str(sentence)
-        if not words_and_offsets:  # an empty text, which only alignment to the text allows
+        kept = self._words_fitting_subword_limit(
+            [word for word, _ in words_and_offsets], add_special_tokens, sentence_index
+        )
+        if kept == len(words_and_offsets):
             return sentence
-        words = [word for word, _ in words_and_offsets]
-        kept = self._words_fitting_subword_limit(words, add_special_tokens, sentence_index)
         _, (_, end_of_last_kept) = words_and_offsets[kept - 1]
-        return sentence if kept == len(words) else sentence[:end_of_last_kept]
+        return sentence[:end_of_last_kept]
 
     @staticmethod
     def _padded_subword_columns(columns: Mapping[str, Sequence[Sequence[int]]]) -> dict[str, list[list[int]]]:
