@@ -103,6 +103,9 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/slstm-conll2003-ner-seed43-test.txt": ("f1", "90.12"),
     "encoder-features/feed_forward_frozen-conll2003-ner-seed42-test.txt": ("f1", "87.61"),
     "encoder-features/feed_forward_frozen-conll2003-ner-seed43-test.txt": ("f1", "88.00"),
+    "encoder-features/bilstm-conll2003-ner-seed42-test.txt": ("f1", "90.53"),
+    "encoder-features/finetuned_minilm-conll2003-pos-seed42-test.txt": ("accuracy", "93.16"),
+    "encoder-features/finetuned_minilm-conll2003-pos-seed43-test.txt": ("accuracy", "93.10"),
 }
 
 
