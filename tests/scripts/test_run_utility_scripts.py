@@ -106,6 +106,8 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/bilstm-conll2003-ner-seed42-test.txt": ("f1", "90.53"),
     "encoder-features/finetuned_minilm-conll2003-pos-seed42-test.txt": ("accuracy", "93.16"),
     "encoder-features/finetuned_minilm-conll2003-pos-seed43-test.txt": ("accuracy", "93.10"),
+    "encoder-features/feed_forward_frozen-conll2003-pos-seed42-test.txt": ("accuracy", "93.64"),
+    "encoder-features/feed_forward_frozen-conll2003-pos-seed43-test.txt": ("accuracy", "93.66"),
 }
 
 
