@@ -104,6 +104,7 @@ DOCUMENTED_TEST_SCORES = {
     "encoder-features/feed_forward_frozen-conll2003-ner-seed42-test.txt": ("f1", "87.61"),
     "encoder-features/feed_forward_frozen-conll2003-ner-seed43-test.txt": ("f1", "88.00"),
     "encoder-features/bilstm-conll2003-ner-seed42-test.txt": ("f1", "90.53"),
+    "encoder-features/bilstm-conll2003-ner-seed43-test.txt": ("f1", "90.71"),
     "encoder-features/finetuned_minilm-conll2003-pos-seed42-test.txt": ("accuracy", "93.16"),
     "encoder-features/finetuned_minilm-conll2003-pos-seed43-test.txt": ("accuracy", "93.10"),
     "encoder-features/feed_forward_frozen-conll2003-pos-seed42-test.txt": ("accuracy", "93.64"),
