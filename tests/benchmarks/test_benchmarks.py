@@ -10,7 +10,7 @@ import torch
 
 from modeling_slstm import cpu_matmul, modeling_slstm
 from modeling_slstm.configuration_slstm import SLSTMConfig
-from run_scripts.benchmarks import benchmark_accuracy, benchmark_speed, reference_slstm, speed_measurement
+from run_scripts.benchmarks import benchmark_speed, reference_slstm, speed_measurement
 
 
 def test_slstm_flop_count_matches_the_equations():
@@ -122,27 +122,6 @@ def test_reference_slstm_is_finite_and_ignores_right_padding():
     torch.testing.assert_close(states[1, :3], alone_states[0])
     torch.testing.assert_close(sentence_state[1], alone_sentence[0])
     assert torch.all(states[1, 3:] == 0)
-
-
-def test_accuracy_benchmark_plans_and_collects(tmp_path, capsys):
-    benchmark_accuracy.main(["--suite", "main", "--dry-run", "--runs-dir", str(tmp_path)])
-    commands = capsys.readouterr().out.strip().splitlines()
-    assert len(commands) == 9  # 3 tasks x (S-LSTM, BiLSTM 1 and 2 layers)
-    assert all("--num_train_epochs 10" in command for command in commands)
-    assert sum("baselines/bilstm2" in command for command in commands) == 3
-
-    # A finished ablation run is collected into the report; the others are listed as not run.
-    finished = tmp_path / "ablations" / "movie_review" / "steps=9"
-    finished.mkdir(parents=True)
-    (finished / "all_results.json").write_text(json.dumps({"eval_accuracy": 0.8, "epoch": 2.0, "train_runtime": 50.0}))
-    (finished / "config.json").write_text(json.dumps({"model_type": "sentence_state_lstm"}))
-    rows = benchmark_accuracy.main(
-        ["--suite", "ablations", "--collect-only", "--runs-dir", str(tmp_path), "--output-dir", str(tmp_path)]
-    )
-    done = [r for r in rows if r["status"] == "done"]
-    assert [r["name"] for r in done] == ["steps=9"] and done[0]["seconds_per_epoch"] == 25.0
-    report = (tmp_path / "accuracy_ablations.md").read_text()
-    assert "| movie_review | steps=9 | slstm | done | 80.00 |" in report
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
