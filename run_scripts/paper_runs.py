@@ -58,19 +58,22 @@ class Task:
         return [argument.format(data=data_dir) for argument in self.data]
 
 
-def conll2003(task: str) -> tuple[str, ...]:
-    folder = f"{{data}}/conll2003/{task}"
-    return ("--train_file", f"{folder}/train.txt", "--validation_file", f"{folder}/valid.txt",
-            "--test_file", f"{folder}/test.txt")  # fmt: skip
+def data_files(folder: str, train: str, validation: str, test: str) -> tuple[str, ...]:
+    """The data arguments of a task with its three files in `{data}/<folder>`."""
+    files = {"--train_file": train, "--validation_file": validation, "--test_file": test}
+    return tuple(part for flag, name in files.items() for part in (flag, f"{{data}}/{folder}/{name}"))
 
 
+CONLL = ("train.txt", "valid.txt", "test.txt")
 TASKS = {
-    "ner": Task("run_ner.py", (*conll2003("ner"), "--tag_scheme", "bioes"), "f1"),
-    "pos": Task("run_ner.py", (*conll2003("pos"), "--include_eval_labels"), "accuracy"),
-    "movie_review": Task("run_classification.py", ("--rt_polarity_dir", "{data}/movie_review", "--split_seed", "42"),
-                         "accuracy"),  # fmt: skip
-    "apparel": Task("run_classification.py", ("--train_file", "{data}/apparel/apparel_trn", "--validation_file",
-                    "{data}/apparel/apparel_dev", "--test_file", "{data}/apparel/apparel_tst"), "accuracy"),  # fmt: skip
+    "ner": Task("run_ner.py", (*data_files("conll2003/ner", *CONLL), "--tag_scheme", "bioes"), "f1"),
+    "pos": Task("run_ner.py", (*data_files("conll2003/pos", *CONLL), "--include_eval_labels"), "accuracy"),
+    "movie_review": Task(
+        "run_classification.py", ("--rt_polarity_dir", "{data}/movie_review", "--split_seed", "42"), "accuracy"
+    ),
+    "apparel": Task(
+        "run_classification.py", data_files("apparel", "apparel_trn", "apparel_dev", "apparel_tst"), "accuracy"
+    ),
 }
 
 
@@ -104,7 +107,7 @@ class Protocol:
             "--per_device_eval_batch_size", "64", "--eval_strategy", "epoch", "--save_strategy", "epoch",
             "--save_total_limit", "2", "--load_best_model_at_end", "--logging_steps", "100", "--disable_tqdm", "true",
             "--report_to", "none", "--seed", str(seed), "--do_train", "--do_eval",
-            *(["--do_predict"] if self.scores_test else []), "--resume_from_checkpoint", "last",
+            *(["--do_predict"] if self.scores_test else []),
         ]  # fmt: skip
 
 
@@ -119,13 +122,12 @@ SELECTED_CLASSIFIER = "hub_configs/slstm-classification.json"
 BASELINES = "hub_configs/baselines"
 WORDS_ONLY = "use_char_features=false"
 CHARS = "use_char_features=true"
-CONFIGS = {  # task -> (S-LSTM, 1-layer BiLSTM, feed-forward baseline, default input)
-    "ner": (SLSTM_NER, f"{BASELINES}/bilstm1-ner-crf.json", f"{BASELINES}/feed_forward1-ner-crf.json", CHARS),
-    "pos": (SLSTM_POS, f"{BASELINES}/bilstm1-pos.json", f"{BASELINES}/feed_forward1-pos.json", CHARS),
-    "movie_review": (SLSTM_CLASSIFIER, f"{BASELINES}/bilstm1-classification.json",
-                     f"{BASELINES}/feed_forward1-classification.json", WORDS_ONLY),  # fmt: skip
-    "apparel": (SLSTM_CLASSIFIER, f"{BASELINES}/bilstm1-classification.json",
-                f"{BASELINES}/feed_forward1-classification.json", WORDS_ONLY),  # fmt: skip
+# task -> (S-LSTM config, the baselines' config suffix, default input)
+CONFIGS = {
+    "ner": (SLSTM_NER, "ner-crf", CHARS),
+    "pos": (SLSTM_POS, "pos", CHARS),
+    "movie_review": (SLSTM_CLASSIFIER, "classification", WORDS_ONLY),
+    "apparel": (SLSTM_CLASSIFIER, "classification", WORDS_ONLY),
 }
 STEPS = (1, 3, 5, 7, 9, 11)
 
@@ -173,8 +175,12 @@ class Run:
 def paper_run(name: str, task: str, model: str = "slstm", inputs: str = "", **settings) -> Run:
     """A paper-protocol run of the S-LSTM, the 1-layer BiLSTM or the feed-forward baseline of `task`'s configs, with
     `inputs` (default: characters for CoNLL, words only for classification)."""
-    slstm, bilstm, feed_forward, default_inputs = CONFIGS[task]
-    config = {"slstm": slstm, "bilstm": bilstm, "feed_forward": feed_forward}.get(model, model)
+    slstm, baseline, default_inputs = CONFIGS[task]
+    baselines = {
+        "bilstm": f"{BASELINES}/bilstm1-{baseline}.json",
+        "feed_forward": f"{BASELINES}/feed_forward1-{baseline}.json",
+    }
+    config = slstm if model == "slstm" else baselines.get(model, model)
     return Run(name, task, config, (inputs or default_inputs,), **settings)
 
 
@@ -208,6 +214,7 @@ def paper_runs() -> list[Run]:
         paper_run("bilstm_selected_movie_review", "movie_review", "bilstm", f"{WORDS_ONLY},hidden_size=1200"),
         paper_run("bilstm_selected_apparel", "apparel", "bilstm", f"{WORDS_ONLY},hidden_size=1200"),
     ]
+    minilm_flags = {"ner": ("--tag_scheme", "iob2")}
     # Beyond the paper: the same inputs plus the word features of a frozen or fine-tuned all-MiniLM-L6-v2
     for task, suffix in (("movie_review", "movie_review"), ("apparel", "apparel"), ("ner", "conll_ner"),
                          ("pos", "conll_pos")):  # fmt: skip
@@ -219,8 +226,7 @@ def paper_runs() -> list[Run]:
             paper_run(f"bilstm_features_finetuned_{suffix}", task, "bilstm", features="finetuned"),
             # What most users would pick instead: the MiniLM fine-tuned alone with a new head (entities in IOB2, as
             # the data has them)
-            Run(f"finetuned_minilm_{suffix}", task, pretrained_encoder=True,
-                flags=("--tag_scheme", "iob2") if task == "ner" else ()),  # fmt: skip
+            Run(f"finetuned_minilm_{suffix}", task, pretrained_encoder=True, flags=minilm_flags.get(task, ())),
         ]
     # The rest of the usual learning-rate range, to choose the fine-tuning recipe on dev
     runs += [
@@ -237,7 +243,7 @@ DEFAULT_RUNS = [run.name for run in paper_runs()[:13]]
 def study_point(name: str, factor: str, overrides: tuple[str, ...] = (), flags: tuple[str, ...] = (),
                 bilstm: bool = False) -> Run:  # fmt: skip
     """A point of the classification dev study: `overrides` and `flags` on top of the reference (words only)."""
-    config = CONFIGS["movie_review"][1 if bilstm else 0]
+    config = f"{BASELINES}/bilstm1-classification.json" if bilstm else SLSTM_CLASSIFIER
     return Run(name, "movie_review", config, (WORDS_ONLY, *overrides), flags=flags, protocol=CLASSIFICATION_STUDY,
                factor=factor)  # fmt: skip
 
@@ -364,7 +370,7 @@ def command(args: DriverArguments, run: Run, seed: int, precision: list[str]) ->
         sys.executable, f"run_scripts/{task.script}", *task.data_arguments(Path(args.data_dir)),
         "--metric_for_best_model", task.metric,
         "--output_dir", str(run.protocol.folder(Path(args.runs_dir), run.name, seed)),
-        *run.protocol.flags(seed), "--embeddings", args.embeddings, *precision,
+        *run.protocol.flags(seed), "--embeddings", args.embeddings, "--resume_from_checkpoint", "last", *precision,
         *run.model_arguments(args.feature_encoder), *run.flags,
     ]  # fmt: skip
 
@@ -452,6 +458,10 @@ def table_row(args: DriverArguments, run: Run) -> tuple[str, dict[int, list[floa
     return row, devs
 
 
+COLUMNS = ("run", "factor or task", "seeds done", "dev (mean ± sd)", "test (mean ± sd)", "per seed: dev / test",
+           "epochs", "s/epoch")  # fmt: skip
+
+
 def write_reports(args: DriverArguments) -> None:
     """One table per protocol of the selected runs (finished seeds only), and the study's steps plot."""
     out = Path(args.report_dir)
@@ -460,11 +470,7 @@ def write_reports(args: DriverArguments) -> None:
     for run in args.selected_runs():
         by_file.setdefault(run.protocol.group or "paper_runs", []).append(run)
     for name, runs in by_file.items():
-        lines = [
-            "| run | factor or task | seeds done | dev (mean ± sd) | test (mean ± sd) | per seed: dev / test | epochs | "
-            "s/epoch |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
+        lines = [f"| {' | '.join(COLUMNS)} |", "|" + "---|" * len(COLUMNS)]
         curves: dict[str, dict[int, list[float]]] = {}
         for run in runs:
             row, devs = table_row(args, run)

