@@ -55,7 +55,7 @@ def test_encoder_feature_runs_and_the_fine_tuned_encoder(tmp_path):
     encoder.mkdir()
     args = parse("--embeddings", str(vectors), "--feature_encoder", str(encoder), "--data_dir", str(tmp_path))
     finetuned = paper_runs.command(args, paper_runs.ALL_RUNS["bilstm_features_finetuned_apparel"], 42, [])
-    tail = ["--embeddings", str(vectors), "--config_name", "hub_configs/baselines/bilstm1-classification.json",
+    tail = ["--embeddings", str(vectors), "--resume_from_checkpoint", "last", "--config_name", "hub_configs/baselines/bilstm1-classification.json",
             "--config_overrides", "use_char_features=false,feature_encoder_trainable_layers=-1",
             "--feature_encoder", str(encoder), "--feature_encoder_learning_rate", "5e-5"]  # fmt: skip
     assert finetuned[-len(tail) :] == tail
