@@ -216,8 +216,12 @@ def paper_runs() -> list[Run]:
     ]
     minilm_flags = {"ner": ("--tag_scheme", "iob2")}
     # Beyond the paper: the same inputs plus the word features of a frozen or fine-tuned all-MiniLM-L6-v2
-    for task, suffix in (("movie_review", "movie_review"), ("apparel", "apparel"), ("ner", "conll_ner"),
-                         ("pos", "conll_pos")):  # fmt: skip
+    for task, suffix in {
+        "movie_review": "movie_review",
+        "apparel": "apparel",
+        "ner": "conll_ner",
+        "pos": "conll_pos",
+    }.items():
         runs += [
             paper_run(f"features_{suffix}", task, features="frozen"),
             paper_run(f"bilstm_features_{suffix}", task, "bilstm", features="frozen"),
