@@ -385,8 +385,8 @@ def is_finished(args: DriverArguments, run: Run, seed: int) -> bool:
 
 
 def environment(args: DriverArguments) -> dict[str, str]:
-    # glibc keeps freed blocks of any size for reuse instead of mapping them from the system at every step: about 10%
-    # faster on large batches, results unchanged (docs/benchmarks.md).
+    # glibc keeps freed blocks of any size for reuse instead of mapping them from the system at every step: faster on
+    # large batches, the same results.
     malloc = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
     return {**malloc, **os.environ, "OMP_NUM_THREADS": str(args.threads_per_run), "TOKENIZERS_PARALLELISM": "false"}
 
