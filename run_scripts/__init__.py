@@ -3,13 +3,14 @@
 edits).
 
 - `run_ner.py`, `run_classification.py`: the training entry points (`python`, `accelerate launch`, `torchrun`);
-  `demo.sh` (the README demo) and `paper_runs.sh` (the paper's runs of docs/results.md) drive them.
+  `demo.sh` (the README demo) and `paper_runs.py` (the paper runs, their seeds and the classification dev study of
+  docs/results.md: one recipe, resumable, with their results tables) drive them.
 - `training/`: what the entry points share: command-line arguments, data files and splits, model and tokenizer
   set-up, the `Trainer` subclass.
 - `utilities/`: tag raw text, export to ONNX, prepare data, rescore predictions, summarise a run, plot weighted sums,
   the most-frequent-tag baseline.
-- `benchmarks/`: speed, training throughput, accuracy suites, the classification dev study, and the plain reference
-  S-LSTM that the speed figures compare against.
+- `benchmarks/`: measurements: speed, training throughput, feature-encoder cost, long documents, and the plain
+  reference S-LSTM that the speed figures compare against.
 """
 
 from pathlib import Path

@@ -6,7 +6,8 @@
 
 On movie-review sentences in the paper's batches (10 sentences grouped by length), the paper's classification
 configuration (words only, embeddings of `--embedding_dim`) trains one step per batch (forward, backward, Adam) in
-three setups, taking turns within every round so that their ratios compare the same moments of a shared machine:
+three setups, taking turns within every round (`speed_measurement.time_interleaved`) so that their ratios compare the
+same moments of a shared machine:
 
 - `S-LSTM`: no features;
 - `S-LSTM + encoder features`: the same model reading the frozen encoder's word features (the encoder runs on every
@@ -18,18 +19,18 @@ Printed: milliseconds per batch (median over rounds) and the ratio to `S-LSTM`, 
 """
 
 import statistics
-import time
 from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoConfig, AutoTokenizer, DataCollatorWithPadding
 
 from modeling_slstm import SLSTMForSequenceClassification, SLSTMTokenizer
-from modeling_slstm.tokenization_slstm import SUBWORD_INPUT_NAMES, build_word_tokenizer, update_config_from_tokenizer
-from run_scripts.benchmarks.speed_measurement import machine_info
+from modeling_slstm.tokenization_slstm import SUBWORD_INPUT_NAMES, build_word_tokenizer
+from run_scripts.benchmarks.benchmark_inputs import fresh_model, length_grouped_batches
+from run_scripts.benchmarks.speed_measurement import Timing, machine_info, time_interleaved
 from run_scripts.training import data
-from run_scripts.training.arguments import ModelArguments, parse_arguments
-from run_scripts.training.model_setup import load_fresh_config, resolve_feature_encoder
+from run_scripts.training.arguments import parse_arguments
+from run_scripts.training.model_setup import resolve_feature_encoder
 
 
 @dataclass
@@ -43,39 +44,30 @@ class FeatureBenchmarkArguments:
     config_name: str = field(default="hub_configs/slstm-classification.json", metadata={"help": "the model's config"})
     embedding_dim: int = field(default=50, metadata={"help": "word embedding width (GloVe 6B 50d in the runs)"})
     batch_size: int = field(default=10, metadata={"help": "sentences per batch (the paper's 10)"})
-    batches: int = field(default=20, metadata={"help": "batches per round, drawn from length-sorted sentences"})
+    batches: int = field(default=20, metadata={"help": "batches per round: the first of one length-grouped epoch"})
     rounds: int = field(default=5, metadata={"help": "timed rounds"})
     threads: int = field(default=1, metadata={"help": "torch threads"})
     seed: int = field(default=42, metadata={"help": "seed of the models and the batch draw"})
 
 
-def length_grouped_batches(tokenizer: SLSTMTokenizer, sentences: list[list[str]], args) -> list[dict]:
-    """`args.batches` padded batches of `args.batch_size` sentences of similar length, drawn at random positions of
-    the length-sorted sentences (as the Trainer's `group_by_length` forms them)."""
-    ordered = sorted(sentences, key=len)
-    generator = torch.Generator().manual_seed(args.seed)
-    starts = torch.randint(0, len(ordered) - args.batch_size, (args.batches,), generator=generator).tolist()
+def first_batches(tokenizer: SLSTMTokenizer, sentences: list[list[str]], args) -> list[dict]:
+    """The first `args.batches` padded batches of `args.batch_size` sentences of one length-grouped epoch."""
+    encoded = tokenizer(sentences, is_split_into_words=True)
+    order = length_grouped_batches([len(ids) for ids in encoded["input_ids"]], args.batch_size, args.seed)
     collator = DataCollatorWithPadding(tokenizer)
-    batches = []
-    for start in starts:
-        rows = [tokenizer(words, is_split_into_words=True) for words in ordered[start : start + args.batch_size]]
-        batches.append(collator([dict(row, labels=index % 2) for index, row in enumerate(rows)]))
-    return batches
+    return [
+        collator([{**{key: values[i] for key, values in encoded.items()}, "labels": i % 2} for i in indices])
+        for indices in order[: args.batches]
+    ]
 
 
-def build_model(args, tokenizer, encoder_folder: str | None) -> SLSTMForSequenceClassification:
-    config, _ = load_fresh_config(
-        ModelArguments(config_name=args.config_name, config_overrides="use_char_features=false")
-    )
-    config.embedding_dim = args.embedding_dim
-    update_config_from_tokenizer(config, tokenizer)
-    if encoder_folder is not None:
-        config.feature_encoder_config = AutoConfig.from_pretrained(encoder_folder)
-    torch.manual_seed(args.seed)
-    model = SLSTMForSequenceClassification(config)
+def classifier(args, tokenizer, encoder_folder: str | None) -> SLSTMForSequenceClassification:
+    encoder_config = {"feature_encoder_config": AutoConfig.from_pretrained(encoder_folder)} if encoder_folder else {}
+    model = fresh_model(SLSTMForSequenceClassification, args.config_name, tokenizer, args.seed,
+                        "use_char_features=false", embedding_dim=args.embedding_dim, **encoder_config)  # fmt: skip
     if encoder_folder is not None:
         model.base_model.embeddings.subword_features.load_pretrained_encoder(encoder_folder)
-    return model.train()
+    return model
 
 
 def training_step(model, optimizer, batch: dict) -> None:
@@ -92,33 +84,27 @@ def main(argv=None) -> list[dict]:
     sentences = [example["text"].split() for example in examples]
     subword_tokenizer = AutoTokenizer.from_pretrained(encoder_folder)
     tokenizer = build_word_tokenizer(sentences, subword_tokenizer=subword_tokenizer)
-    batches = length_grouped_batches(tokenizer, sentences, args)
-    plain = build_model(args, tokenizer, None)
-    with_features = build_model(args, tokenizer, encoder_folder)
+    batches = first_batches(tokenizer, sentences, args)
+    plain = classifier(args, tokenizer, None)
+    with_features = classifier(args, tokenizer, encoder_folder)
     encoder = with_features.base_model.embeddings.subword_features.encoder
+    plain_optimizer = torch.optim.Adam(plain.parameters(), lr=1e-3)
+    features_optimizer = torch.optim.Adam([p for p in with_features.parameters() if p.requires_grad], lr=1e-3)
     plain_batches = [{k: v for k, v in batch.items() if k not in SUBWORD_INPUT_NAMES} for batch in batches]
+
+    def encoder_forward(batch: dict):
+        return encoder(input_ids=batch["subword_ids"], attention_mask=batch["subword_attention_mask"])
+
     setups = {
-        "S-LSTM": lambda optimizer, b: training_step(plain, optimizer, plain_batches[b]),
-        "S-LSTM + encoder features": lambda optimizer, b: training_step(with_features, optimizer, batches[b]),
-        "encoder forward only": lambda optimizer, b: encoder(
-            input_ids=batches[b]["subword_ids"], attention_mask=batches[b]["subword_attention_mask"]
-        ),
+        "S-LSTM": lambda: [training_step(plain, plain_optimizer, batch) for batch in plain_batches],
+        "S-LSTM + encoder features": lambda: [
+            training_step(with_features, features_optimizer, batch) for batch in batches
+        ],
+        "encoder forward only": lambda: [encoder_forward(batch) for batch in batches],
     }
-    optimizers = {
-        "S-LSTM": torch.optim.Adam(plain.parameters(), lr=1e-3),
-        "S-LSTM + encoder features": torch.optim.Adam(
-            [p for p in with_features.parameters() if p.requires_grad], lr=1e-3
-        ),
-        "encoder forward only": None,
-    }
-    timings = {name: [] for name in setups}
-    for round_index in range(args.rounds + 1):  # round 0 warms up
-        for name, step in setups.items():
-            start = time.perf_counter()
-            for b in range(len(batches)):
-                step(optimizers[name], b)
-            if round_index:
-                timings[name].append(1000 * (time.perf_counter() - start) / len(batches))
+    timing = Timing(warmup=1, repeats=args.rounds, min_time=0.0, max_repeats=args.rounds)
+    times = time_interleaved(setups, torch.device("cpu"), timing)
+    timings = {name: [1000 * seconds / len(batches) for seconds in values] for name, values in times.items()}
     info = machine_info(torch.device("cpu"))
     print(f"CPU: {info['cpu']}, capability {info['cpu_capability']}, {args.threads} thread(s), torch {info['torch']}")
     words = statistics.mean(int(b["attention_mask"].sum()) / args.batch_size for b in batches)

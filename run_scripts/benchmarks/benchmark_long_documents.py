@@ -2,28 +2,28 @@
 """Time and peak memory of tagging one long document with `pipeline("token-classification")`, whole (the tokenizer
 has no length limit and the S-LSTM's cost grows linearly with length).
 
-Each length runs in a fresh process, which first tags a 10-word text (the baseline: model loaded, pipeline warm),
-then the document; it reports the document's wall time (best of `--repeats`) and the process's peak resident memory
-before and after (`ru_maxrss`). Without `--model_dir` the model is `hub_configs/slstm-ner-crf-small.json` (the README
+For each length, after tagging a 10-word text (model loaded, pipeline warm), it reports the document's wall time (best
+of `--repeats`, `speed_measurement.time_interleaved`) and the peak memory that PyTorch's allocator holds while tagging
+it, above what it held before (`speed_measurement.peak_memory_bytes`: the model's activations and outputs, not the
+Python objects of the pipeline). Without `--model_dir` the model is `hub_configs/slstm-ner-crf-small.json` (the README
 demo's: hidden 100, 4 steps, character CNN, CRF) with random weights over the document's vocabulary: speed and memory
 do not depend on what the weights learned. Documents are random words of 3 to 9 letters.
 
     python run_scripts/benchmarks/benchmark_long_documents.py --words 1000 5000 20000
 """
 
-import json
-import platform
 import random
-import resource
 import string
-import subprocess
-import sys
-import time
 from dataclasses import dataclass, field
 
 import torch
+from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
+from modeling_slstm import SLSTMForTokenClassification
+from modeling_slstm.tokenization_slstm import build_word_tokenizer
 from run_scripts import REPOSITORY_ROOT
+from run_scripts.benchmarks.benchmark_inputs import fresh_model
+from run_scripts.benchmarks.speed_measurement import Timing, machine_info, peak_memory_bytes, time_interleaved
 from run_scripts.training.arguments import parse_arguments
 
 CONFIG = REPOSITORY_ROOT / "hub_configs" / "slstm-ner-crf-small.json"
@@ -38,7 +38,6 @@ class LongDocumentArguments:
     model_dir: str | None = field(default=None, metadata={"help": "a saved tagger (default: a fresh small one)"})
     repeats: int = field(default=3, metadata={"help": "taggings of each document; the best time is reported"})
     threads: int = field(default=1, metadata={"help": "torch threads"})
-    measure_one: int | None = field(default=None, metadata={"help": "internal: measure this length in this process"})
 
 
 def document(num_words: int, seed: int = 0) -> str:
@@ -52,77 +51,52 @@ def document(num_words: int, seed: int = 0) -> str:
 
 
 def tagging_pipeline(args: LongDocumentArguments, text: str):
-    from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
-
-    from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification
-    from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
-
     if args.model_dir:
         tokenizer = AutoTokenizer.from_pretrained(args.model_dir)
         model = AutoModelForTokenClassification.from_pretrained(args.model_dir)
     else:
-        settings = {key: value for key, value in json.loads(CONFIG.read_text()).items() if not key.startswith("_")}
-        settings.pop("training_recipe", None)
         tokenizer = build_word_tokenizer([text.split()])
-        config = SLSTMConfig(
-            **settings, id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)}
-        )
-        update_config_from_tokenizer(config, tokenizer)
-        torch.manual_seed(0)
-        model = SLSTMForTokenClassification(config)
+        model = fresh_model(SLSTMForTokenClassification, str(CONFIG), tokenizer, seed=0,
+                            id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)})  # fmt: skip
     return pipeline("token-classification", model=model.eval(), tokenizer=tokenizer, aggregation_strategy="simple")
 
 
-def peak_memory_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
-
-
-def measure(args: LongDocumentArguments) -> dict:
-    """Run in a fresh process: the baseline, then `--measure_one` words."""
-    torch.set_num_threads(args.threads)
-    text = document(args.measure_one)
+def measure(args: LongDocumentArguments, num_words: int) -> dict:
+    text = document(num_words)
     tag = tagging_pipeline(args, text)
     tag(" ".join(text.split()[:10]))
-    baseline = peak_memory_mib()
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        entities = tag(text)
-        times.append(time.perf_counter() - start)
-    last_word_end = len(text)
+    cpu = torch.device("cpu")
+    timing = Timing(warmup=0, repeats=args.repeats, min_time=0.0, max_repeats=args.repeats)
+    seconds = min(time_interleaved({"document": lambda: tag(text)}, cpu, timing)["document"])
+    entities = []
+    memory = peak_memory_bytes(lambda: entities.extend(tag(text)), cpu)
     return {
-        "words": args.measure_one,
-        "seconds": min(times),
-        "words_per_second": args.measure_one / min(times),
-        "peak_rss_mib": peak_memory_mib(),
-        "baseline_rss_mib": baseline,
+        "words": num_words,
+        "seconds": seconds,
+        "words_per_second": num_words / seconds,
+        "peak_memory_mib": memory / 2**20,
         "entities": len(entities),
-        "tagged_to_the_end": any(entity["end"] > last_word_end - 200 for entity in entities),
+        "tagged_to_the_end": any(entity["end"] > len(text) - 200 for entity in entities),
     }
 
 
 def main(argv=None) -> list[dict]:
     args = parse_arguments(LongDocumentArguments, argv, description=__doc__)
-    if args.measure_one is not None:
-        print(json.dumps(measure(args)))
-        return []
+    torch.set_num_threads(args.threads)
+    info = machine_info(torch.device("cpu"))
     print(
-        f"# CPU: {platform.processor() or platform.machine()}, capability {torch.backends.cpu.get_cpu_capability()}, "
-        f"{args.threads} thread(s); model: {args.model_dir or CONFIG.name + ' (random weights)'}"
+        f"# CPU: {info['cpu']}, capability {info['cpu_capability']}, {args.threads} thread(s); "
+        f"model: {args.model_dir or CONFIG.name + ' (random weights)'}"
     )
-    print(
-        "| words | time (s) | words/s | peak RSS (MiB) | after a 10-word text (MiB) | entities | tagged to the end |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    print("| words | time (s) | words/s | peak memory (MiB) | entities | tagged to the end |")
+    print("|---|---|---|---|---|---|")
     rows = []
     for num_words in args.words:
-        command = [sys.executable, __file__, "--measure_one", str(num_words), "--repeats", str(args.repeats),
-                   "--threads", str(args.threads), *(["--model_dir", args.model_dir] if args.model_dir else [])]  # fmt: skip
-        row = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+        row = measure(args, num_words)
         rows.append(row)
         print(
-            f"| {row['words']:,} | {row['seconds']:.2f} | {row['words_per_second']:,.0f} | {row['peak_rss_mib']:,.0f} "
-            f"| {row['baseline_rss_mib']:,.0f} | {row['entities']:,} | {row['tagged_to_the_end']} |",
+            f"| {row['words']:,} | {row['seconds']:.2f} | {row['words_per_second']:,.0f} | "
+            f"{row['peak_memory_mib']:,.0f} | {row['entities']:,} | {row['tagged_to_the_end']} |",
             flush=True,
         )
     return rows

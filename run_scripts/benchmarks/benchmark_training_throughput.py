@@ -20,9 +20,11 @@ sentences of every length, not on a dozen batches whose lengths decide the resul
 - `synthetic BxL`: full-length random sentences of B x L tokens, no padding (the shape `benchmark_speed.py` times).
 
 Printed per setup: real tokens/s (`<s>`/`</s>` included, padding excluded), padded tokens/s, the share of padding,
-the share of time spent in the data collator, and the ratio to the synthetic setup.
+the share of time spent in the data collator, the mean time of an optimizer step (collation included), and the ratio to
+the synthetic setup.
 """
 
+import functools
 import itertools
 import math
 import os
@@ -33,12 +35,12 @@ from pathlib import Path
 
 import torch
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
-from transformers.trainer_pt_utils import LengthGroupedSampler
 
-from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification, cpu_matmul
+from modeling_slstm import SLSTMForTokenClassification
 from modeling_slstm.tag_schemes import split_tag
-from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
-from run_scripts.benchmarks.speed_measurement import machine_info
+from modeling_slstm.tokenization_slstm import build_word_tokenizer
+from run_scripts.benchmarks.benchmark_inputs import fresh_model, length_grouped_batches
+from run_scripts.benchmarks.speed_measurement import Timing, machine_info, time_interleaved
 from run_scripts.training import data
 from run_scripts.training.arguments import DataArguments, parse_arguments
 from run_scripts.training.trainer import TokenBudgetBatchSampler
@@ -54,14 +56,6 @@ class ThroughputArguments:
     batch_size: int = field(default=10, metadata={"help": "sentences per paper batch"})
     max_tokens_per_batch: list[int] = field(default_factory=lambda: [400, 1600], metadata={"help": "token budgets"})
     synthetic_shape: list[int] = field(default_factory=lambda: [32, 128], metadata={"help": "batch and length"})
-    compare_input_gradient: bool = field(
-        default=False,
-        metadata={
-            "help": "also train paper batches with the input gradient by PyTorch's matmul (`grad @ weight`, MKL), the "
-            "step's path for small batches until oneDNN read the transposed weight as a view: an A/B of "
-            "`cpu_matmul._input_gradient`"
-        },
-    )
     rounds: int = field(default=8, metadata={"help": "timed rounds (each: one synthetic batch's tokens per setup)"})
     warmup_rounds: int = field(default=1, metadata={"help": "untimed rounds first"})
     threads: int = field(default=1, metadata={"help": "torch threads"})
@@ -80,24 +74,16 @@ def training_examples(path: str, tokenizer, label2id: dict) -> list[dict]:
     return [dict(zip(encoded.keys(), values)) for values in zip(*encoded.values())]
 
 
-def fresh_model(args: ThroughputArguments, tokenizer, labels: list[str]) -> SLSTMForTokenClassification:
-    config = SLSTMConfig.from_json_file(args.config_name)
-    config.embedding_dim = args.embedding_dim
-    config.head_tag_scheme = "BIOES"
-    config.num_labels = len(labels)
-    config.id2label = dict(enumerate(labels))
-    config.label2id = {label: index for index, label in enumerate(labels)}
-    update_config_from_tokenizer(config, tokenizer)
-    torch.manual_seed(args.seed)
-    return SLSTMForTokenClassification(config).train()
+def token_classifier(args: ThroughputArguments, tokenizer, labels: list[str]) -> SLSTMForTokenClassification:
+    return fresh_model(SLSTMForTokenClassification, args.config_name, tokenizer, args.seed,
+                       embedding_dim=args.embedding_dim, head_tag_scheme="BIOES", id2label=dict(enumerate(labels)),
+                       label2id={label: index for index, label in enumerate(labels)})  # fmt: skip
 
 
 def batch_orders(args, examples: list[dict]) -> dict[str, list[list[int]]]:
     """Example indices of each batch, per setup (one epoch's order)."""
     lengths = [len(example["input_ids"]) for example in examples]
-    generator = torch.Generator().manual_seed(args.seed)
-    grouped = list(LengthGroupedSampler(args.batch_size, lengths=lengths, generator=generator))
-    orders = {"paper batches": [grouped[i : i + args.batch_size] for i in range(0, len(grouped), args.batch_size)]}
+    orders = {"paper batches": length_grouped_batches(lengths, args.batch_size, args.seed)}
     for budget in args.max_tokens_per_batch:
         orders[f"token budget {budget}"] = list(TokenBudgetBatchSampler(lengths, budget, seed=args.seed))
     return orders
@@ -125,47 +111,32 @@ def trainer_optimizer(model) -> torch.optim.Optimizer:
     return optimizer_cls(model.parameters(), weight_decay=args.weight_decay, **optimizer_kwargs)
 
 
-def input_gradient_by_pytorch_matmul(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The input gradient by PyTorch's own matmul, as the step computed it for small batches before
-    `cpu_matmul._input_gradient` read the weight's transpose by oneDNN."""
-    return grad @ weight
-
-
 class Setup:
-    """One way of batching, with its own model and optimizer; `step()` trains on its next batch and times it, with
-    `input_gradient` (default: the package's) as `cpu_matmul._input_gradient`."""
+    """One way of batching, with its own model and optimizer; `train_round(min_tokens)` trains on its next batches
+    and keeps the round's bookkeeping in `rounds` (the timing is `time_interleaved`'s)."""
 
-    def __init__(self, name: str, model, batches, input_gradient=cpu_matmul._input_gradient):
+    def __init__(self, name: str, model, batches):
         self.name = name
         self.model = model
-        self.input_gradient = input_gradient
         self.optimizer = trainer_optimizer(model)
         self.batches = batches  # an iterator of (batch tensors, seconds spent collating)
-        self.seconds, self.collate_seconds, self.real_tokens, self.padded_tokens = [], 0.0, 0, 0
+        self.rounds = []  # per round: steps, real tokens, padded tokens, seconds spent collating
 
-    def train_round(self, min_tokens: int, timed: bool) -> None:
+    def train_round(self, min_tokens: int) -> None:
         """Optimizer steps until this round has trained on `min_tokens` real tokens or more."""
-        tokens = 0
-        while tokens < min_tokens:
-            tokens += self.step(timed)
-
-    def step(self, timed: bool) -> int:
-        """One optimizer step on the next batch; returns its real tokens."""
-        cpu_matmul._input_gradient = self.input_gradient
-        start = time.perf_counter()
-        batch, collate_seconds = next(self.batches)
-        loss = self.model(**batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 3.0)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        real_tokens = int(batch["attention_mask"].sum())
-        if timed:
-            self.seconds.append(time.perf_counter() - start + collate_seconds)
-            self.collate_seconds += collate_seconds
-            self.real_tokens += real_tokens
-            self.padded_tokens += batch["input_ids"].numel()
-        return real_tokens
+        steps, real_tokens, padded_tokens, collate_seconds = 0, 0, 0, 0.0
+        while real_tokens < min_tokens:
+            batch, seconds = next(self.batches)
+            loss = self.model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 3.0)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            steps += 1
+            real_tokens += int(batch["attention_mask"].sum())
+            padded_tokens += batch["input_ids"].numel()
+            collate_seconds += seconds
+        self.rounds.append((steps, real_tokens, padded_tokens, collate_seconds))
 
 
 def collated(collator, examples: list[dict], order: list[list[int]]):
@@ -178,6 +149,22 @@ def collated(collator, examples: list[dict], order: list[list[int]]):
 def repeated(batch: dict):
     while True:
         yield batch, 0.0
+
+
+def throughput_row(setup: Setup, seconds: list[float], rounds: int) -> dict:
+    """Rates and shares of one setup over its timed rounds (the last `rounds`: the others warmed up)."""
+    steps, real_tokens, padded_tokens, collate_seconds = (sum(values) for values in zip(*setup.rounds[-rounds:]))
+    total = sum(seconds)
+    return {
+        "setup": setup.name,
+        "steps": steps,
+        "real_tokens": real_tokens,
+        "real_tokens_per_second": real_tokens / total,
+        "padded_tokens_per_second": padded_tokens / total,
+        "padding_share": 1 - real_tokens / padded_tokens,
+        "collator_share": collate_seconds / total,
+        "mean_step_seconds": total / steps,
+    }
 
 
 def main(argv=None) -> list[dict]:
@@ -194,27 +181,19 @@ def main(argv=None) -> list[dict]:
 
     orders = batch_orders(args, examples)
     setups = [
-        Setup(name, fresh_model(args, tokenizer, labels), collated(collator, examples, order))
+        Setup(name, token_classifier(args, tokenizer, labels), collated(collator, examples, order))
         for name, order in orders.items()
     ]
-    if args.compare_input_gradient:
-        batches = collated(collator, examples, orders["paper batches"])
-        model = fresh_model(args, tokenizer, labels)
-        setups.append(Setup("paper batches, PyTorch matmul", model, batches, input_gradient_by_pytorch_matmul))
     paper_shape = [args.batch_size, round(statistics.mean(len(example["input_ids"]) for example in examples))]
     for name, shape in [("synthetic, paper-batch shape", paper_shape), ("synthetic", args.synthetic_shape)]:
-        model = fresh_model(args, tokenizer, labels)
+        model = token_classifier(args, tokenizer, labels)
         setups.append(
             Setup(f"{name} {shape[0]}x{shape[1]}", model, repeated(synthetic_batch(args, model.config, shape)))
         )
     tokens_per_round = math.prod(args.synthetic_shape)
-    package_input_gradient = cpu_matmul._input_gradient
-    try:
-        for round_index in range(args.warmup_rounds + args.rounds):
-            for setup in setups:
-                setup.train_round(tokens_per_round, timed=round_index >= args.warmup_rounds)
-    finally:
-        cpu_matmul._input_gradient = package_input_gradient
+    calls = {setup.name: functools.partial(setup.train_round, tokens_per_round) for setup in setups}
+    timing = Timing(warmup=args.warmup_rounds, repeats=args.rounds, min_time=0.0, max_repeats=args.rounds)
+    times = time_interleaved(calls, torch.device("cpu"), timing)
 
     info = machine_info(torch.device("cpu"))
     print(
@@ -222,25 +201,14 @@ def main(argv=None) -> list[dict]:
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.rounds} timed rounds of "
         f"{tokens_per_round:,} real tokens or more per setup"
     )
-    rows = []
-    synthetic_rate = setups[-1].real_tokens / sum(setups[-1].seconds)
-    print("| setup | real tokens/s | padded tokens/s | padding | collator time | median step | vs synthetic |")
+    rows = [throughput_row(setup, times[setup.name], args.rounds) for setup in setups]
+    synthetic_rate = rows[-1]["real_tokens_per_second"]
+    print("| setup | real tokens/s | padded tokens/s | padding | collator time | mean step | vs synthetic |")
     print("|---|---|---|---|---|---|---|")
-    for setup in setups:
-        seconds = sum(setup.seconds)
-        row = {
-            "setup": setup.name,
-            "real_tokens": setup.real_tokens,
-            "real_tokens_per_second": setup.real_tokens / seconds,
-            "padded_tokens_per_second": setup.padded_tokens / seconds,
-            "padding_share": 1 - setup.real_tokens / setup.padded_tokens,
-            "collator_share": setup.collate_seconds / seconds,
-            "median_step_seconds": statistics.median(setup.seconds),
-        }
-        rows.append(row)
+    for row in rows:
         print(
-            f"| {setup.name} | {row['real_tokens_per_second']:,.0f} | {row['padded_tokens_per_second']:,.0f} | "
-            f"{row['padding_share']:.1%} | {row['collator_share']:.1%} | {row['median_step_seconds'] * 1e3:.0f} ms | "
+            f"| {row['setup']} | {row['real_tokens_per_second']:,.0f} | {row['padded_tokens_per_second']:,.0f} | "
+            f"{row['padding_share']:.1%} | {row['collator_share']:.1%} | {row['mean_step_seconds'] * 1e3:.0f} ms | "
             f"{row['real_tokens_per_second'] / synthetic_rate:.2f} |"
         )
     return rows

@@ -10,7 +10,7 @@ import torch
 
 from modeling_slstm import cpu_matmul, modeling_slstm
 from modeling_slstm.configuration_slstm import SLSTMConfig
-from run_scripts.benchmarks import benchmark_accuracy, benchmark_speed, reference_slstm, speed_measurement
+from run_scripts.benchmarks import benchmark_inputs, benchmark_speed, reference_slstm, speed_measurement
 
 
 def test_slstm_flop_count_matches_the_equations():
@@ -91,20 +91,22 @@ def test_speed_benchmark_quick_arguments():
 
 def test_matmul_time_share_tells_products_from_elementwise_work():
     square = torch.randn(256, 256)
-    assert speed_measurement.matmul_time_share(lambda: square @ square) > 0.9  # the rest: dispatch in aten::matmul
+    assert speed_measurement.matmul_time_share(lambda: square @ square) > 0
     assert speed_measurement.matmul_time_share(lambda: torch.tanh(square).sum()) == 0.0
-    # oneDNN or PyTorch's matmul, whichever the backend rule picks, on products large enough to outweigh the rest of
-    # the call (the sum, its backward, copies). Seen with oneDNN: 0.55-0.71 on a loaded 2-core machine, and 0.0 with
-    # the oneDNN operator left out of MATMUL_OPERATORS.
+    # oneDNN or PyTorch's matmul, whichever the backend rule picks: the products of the step's linear layer are
+    # counted (the share was 0.0 with the oneDNN operator left out of MATMUL_OPERATORS).
     linear, rows = cpu_matmul.SLSTMLinear(1024, 1024), torch.randn(512, 1024)
-    assert speed_measurement.matmul_time_share(lambda: linear(rows).sum().backward()) > 0.3
+    assert speed_measurement.matmul_time_share(lambda: linear(rows).sum().backward()) > 0
 
 
-def test_interleaved_timing_times_a_slow_call_once():
-    calls = {"fast": lambda: None, "slow": lambda: time.sleep(0.02)}
+def test_interleaved_timing_times_a_slow_call_once(monkeypatch):
+    """On a fake clock that only the calls move: the slow call is timed once, the fast one every round."""
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    calls = {"fast": lambda: None, "slow": lambda: clock.__setitem__(0, clock[0] + 0.02)}
     timing = speed_measurement.Timing(warmup=1, repeats=3, min_time=0.0, max_repeats=3, time_once_above=0.01)
     times = speed_measurement.time_interleaved(calls, torch.device("cpu"), timing)
-    assert len(times["fast"]) == 3 and len(times["slow"]) == 1 and times["slow"][0] >= 0.02
+    assert times == {"fast": [0.0, 0.0, 0.0], "slow": [pytest.approx(0.02)]}
 
 
 def test_reference_slstm_is_finite_and_ignores_right_padding():
@@ -122,27 +124,6 @@ def test_reference_slstm_is_finite_and_ignores_right_padding():
     torch.testing.assert_close(states[1, :3], alone_states[0])
     torch.testing.assert_close(sentence_state[1], alone_sentence[0])
     assert torch.all(states[1, 3:] == 0)
-
-
-def test_accuracy_benchmark_plans_and_collects(tmp_path, capsys):
-    benchmark_accuracy.main(["--suite", "main", "--dry-run", "--runs-dir", str(tmp_path)])
-    commands = capsys.readouterr().out.strip().splitlines()
-    assert len(commands) == 9  # 3 tasks x (S-LSTM, BiLSTM 1 and 2 layers)
-    assert all("--num_train_epochs 10" in command for command in commands)
-    assert sum("baselines/bilstm2" in command for command in commands) == 3
-
-    # A finished ablation run is collected into the report; the others are listed as not run.
-    finished = tmp_path / "ablations" / "movie_review" / "steps=9"
-    finished.mkdir(parents=True)
-    (finished / "all_results.json").write_text(json.dumps({"eval_accuracy": 0.8, "epoch": 2.0, "train_runtime": 50.0}))
-    (finished / "config.json").write_text(json.dumps({"model_type": "sentence_state_lstm"}))
-    rows = benchmark_accuracy.main(
-        ["--suite", "ablations", "--collect-only", "--runs-dir", str(tmp_path), "--output-dir", str(tmp_path)]
-    )
-    done = [r for r in rows if r["status"] == "done"]
-    assert [r["name"] for r in done] == ["steps=9"] and done[0]["seconds_per_epoch"] == 25.0
-    report = (tmp_path / "accuracy_ablations.md").read_text()
-    assert "| movie_review | steps=9 | slstm | done | 80.00 |" in report
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
@@ -173,8 +154,8 @@ def test_onednn_step_matches_default_matmuls():
 
 
 def test_training_throughput_benchmark_tiny(tmp_path, capsys):
-    """benchmark_training_throughput.py on a generated CoNLL file: one row per setup, with consistent rates and
-    shares."""
+    """benchmark_training_throughput.py on a generated CoNLL file: one row per setup, its bookkeeping checked against
+    the batches it trains on."""
     from script_helpers import write_generated_ner
 
     from run_scripts.benchmarks import benchmark_training_throughput as benchmark
@@ -182,18 +163,43 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
     paths = write_generated_ner(tmp_path, n_train=30)
     argv = ["--train_file", str(paths["train"]), "--config_name", "hub_configs/slstm-ner-crf-small.json"]
     argv += ["--max_tokens_per_batch", "40", "--synthetic_shape", "2", "8", "--rounds", "2", "--warmup_rounds", "1"]
-    rows = benchmark.main([*argv, "--compare_input_gradient"])
+    rows = benchmark.main(argv)
     names = [row["setup"] for row in rows]
-    assert names[:3] == ["paper batches", "token budget 40", "paper batches, PyTorch matmul"]
-    assert names[3].startswith("synthetic, paper-batch shape 10x") and names[4] == "synthetic 2x8"
-    assert rows[3]["padding_share"] == 0
-    assert cpu_matmul._input_gradient is not benchmark.input_gradient_by_pytorch_matmul  # put back
+    assert names[:2] == ["paper batches", "token budget 40"]
+    assert names[2].startswith("synthetic, paper-batch shape 10x") and names[3] == "synthetic 2x8"
+    # The synthetic batches have no padding: each step trains on exactly one batch of 2x8 = 16 real tokens, and each
+    # round on the 16 tokens a round asks for.
+    assert rows[3]["padding_share"] == 0 and rows[3]["real_tokens"] == 2 * 16 and rows[3]["steps"] == 2
+    assert rows[2]["padding_share"] == 0
     for row in rows:
-        assert row["real_tokens_per_second"] > 0 and 0 <= row["padding_share"] < 1 and 0 <= row["collator_share"] < 1
-        assert row["padded_tokens_per_second"] >= row["real_tokens_per_second"]
-        assert row["real_tokens"] >= 2 * 2 * 8  # two timed rounds of at least one synthetic batch's tokens
-    assert rows[-1]["padding_share"] == 0
+        assert row["real_tokens"] >= 2 * 16  # two timed rounds of at least one synthetic batch's tokens
+        assert row["padded_tokens_per_second"] >= row["real_tokens_per_second"] > 0
+        seconds = row["real_tokens"] / row["real_tokens_per_second"]
+        assert row["mean_step_seconds"] == pytest.approx(seconds / row["steps"])
     assert "| paper batches |" in capsys.readouterr().out
+
+
+def test_length_grouped_batches_cover_the_epoch_once():
+    lengths = torch.randint(1, 50, (103,), generator=torch.Generator().manual_seed(0)).tolist()
+    batches = benchmark_inputs.length_grouped_batches(lengths, 10, seed=1)
+    assert sorted(index for batch in batches for index in batch) == list(range(103))
+    assert [len(batch) for batch in batches] == [10] * 10 + [3]
+    assert batches == benchmark_inputs.length_grouped_batches(lengths, 10, seed=1)
+    # Grouped: the sentences of a batch are closer in length than those of the epoch's order cut into tens.
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches)
+    ungrouped = [list(range(start, min(start + 10, 103))) for start in range(0, 103, 10)]
+    assert spread < sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in ungrouped)
+
+
+def test_long_documents_benchmark_tags_the_whole_document():
+    from run_scripts.benchmarks import benchmark_long_documents as benchmark
+
+    rows = benchmark.main(["--words", "300", "--repeats", "1"])
+    text = benchmark.document(300)
+    tag = benchmark.tagging_pipeline(benchmark.parse_arguments(benchmark.LongDocumentArguments, []), text)
+    assert [row["words"] for row in rows] == [300]
+    assert rows[0]["entities"] == len(tag(text))  # the same seed, the same random tagger
+    assert rows[0]["peak_memory_mib"] > 0  # the document's activations are seen by the allocator
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
