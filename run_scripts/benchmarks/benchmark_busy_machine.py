@@ -18,7 +18,8 @@ OMP_NUM_THREADS or OMP_WAIT_POLICY in its environment. Thread settings (`--setti
   the spinners run; the table names the count it chose.
 
 Printed: the CPU and its capability, then a markdown table of the median milliseconds per step over `--repeats`
-steps (after `--warmup` untimed ones), each with its ratio to `default` on the idle machine of the same run.
+steps (after `--warmup` untimed ones; fewer, but at least 3, where a setting has taken `--max_seconds`), each with its
+ratio to `default` on the idle machine of the same run.
 """
 
 import contextlib
@@ -77,6 +78,9 @@ class BusyMachineArguments:
     vocabulary_size: int = field(default=10000, metadata={"help": "words of the random vocabulary"})
     warmup: int = field(default=5, metadata={"help": "untimed steps first"})
     repeats: int = field(default=30, metadata={"help": "timed steps"})
+    max_seconds: float = field(
+        default=10.0, metadata={"help": "stop a setting's timing after this many seconds (but not before 3 steps)"}
+    )
     seed: int = field(default=42, metadata={"help": "seed of the model and the data"})
 
     def __post_init__(self):
@@ -120,7 +124,10 @@ def time_training_steps(arguments: dict, setting: str) -> dict:
     model = SLSTMForTokenClassification(config).train()
     optimizer = trainer_optimizer(model)
     seconds = []
+    started = time.perf_counter()
     for step in range(args.warmup + args.repeats):
+        if len(seconds) >= min(3, args.repeats) and time.perf_counter() - started > args.max_seconds:
+            break
         start = time.perf_counter()
         model(**batch).loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 3.0)
@@ -128,7 +135,7 @@ def time_training_steps(arguments: dict, setting: str) -> dict:
         optimizer.zero_grad(set_to_none=True)
         if step >= args.warmup:
             seconds.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(seconds), "threads": torch.get_num_threads()}
+    return {"median_s": statistics.median(seconds), "steps": len(seconds), "threads": torch.get_num_threads()}
 
 
 def run_in_fresh_process(args: BusyMachineArguments, setting: str) -> dict:
@@ -191,7 +198,8 @@ def main(argv=None) -> dict:
     print(
         f"{info['cpu']}, CPU capability {info['cpu_capability']}, torch {info['torch']}, {len(cores)} usable cores"
         + (f", PyTorch's default {default_threads[0]} threads" if default_threads else "")
-        + f"; median of {args.repeats} steps, {time.perf_counter() - started:.0f} s in all"
+        + f"; median of {min(r['steps'] for r in results.values())} to {args.repeats} steps, "
+        f"{time.perf_counter() - started:.0f} s in all"
     )
     baseline = results.get((0, "default"))
     print("| threads | " + " | ".join(state_name(busy) for busy in args.busy_cores) + " |")

@@ -38,7 +38,8 @@ CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 TORCH_DEFAULT_THREADS = torch.get_num_threads()
 MEASUREMENT_WINDOW_S = 0.25
 RECHECK_INTERVAL_S = 10.0
-# A thread per core that is at least 3/4 idle: a thread too many costs several times more than a thread too few.
+# Idle cores round up from three quarters (1.75 idle cores: 2 threads, 1.7: 1): a thread too many costs several times
+# more than a thread too few.
 FREE_CORE_SLACK = 0.25
 
 
