@@ -5,14 +5,14 @@
 #   bash run_scripts/demo.sh                  # from the repository root, on a fresh machine
 #   SKIP_INSTALL=1 bash run_scripts/demo.sh   # when the package and its extras are already installed
 #
-# Environment: OUTPUT_DIR (default outputs/demo-wnut16), EPOCHS (default 20), THREADS (default: all cores),
+# Environment: OUTPUT_DIR (default outputs/demo-wnut16), EPOCHS (default 20), THREADS (run_ner.py's --threads: default
+# auto, as many threads as there are idle cores, measured at the start and during training; a number forces it),
 # TORCH_INDEX_URL (e.g. https://download.pytorch.org/whl/cpu for the small CPU-only torch wheel when torch is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUTPUT_DIR=${OUTPUT_DIR:-outputs/demo-wnut16}
 EPOCHS=${EPOCHS:-20}
-export OMP_NUM_THREADS=${THREADS:-$(python -c "import os; print(os.cpu_count() or 1)")}
 export TOKENIZERS_PARALLELISM=false
 START=$(date +%s)
 
@@ -40,7 +40,7 @@ python run_scripts/run_ner.py \
     --train_sampling_strategy group_by_length \
     --eval_strategy epoch --save_strategy epoch --save_total_limit 1 \
     --load_best_model_at_end --metric_for_best_model f1 \
-    --logging_strategy epoch --disable_tqdm false --report_to none --seed 42
+    --logging_strategy epoch --disable_tqdm false --report_to none --seed 42 --threads "${THREADS:-auto}"
 
 python - "$OUTPUT_DIR" <<'PY'
 import json, sys

@@ -57,6 +57,7 @@ from run_scripts.training.model_setup import (
     setup_logging,
     uses_char_features,
 )
+from run_scripts.training.threads import apply_thread_setting
 from run_scripts.training.trainer import SLSTMTrainer
 
 logger = logging.getLogger("run_ner")
@@ -193,6 +194,7 @@ def main():
     # Arguments, logging, seed.
     model_args, data_args, training_args, given = parse_training_arguments(NERDataArguments)
     setup_logging(training_args, ("__main__", "run_ner"))
+    apply_thread_setting(training_args.threads)
     set_seed(training_args.seed)
 
     # Data: sentences as words and tags, by split.

@@ -103,11 +103,16 @@ def write_generated_ner(directory: Path, n_train=40, n_eval=12, seed=0, tab=True
 
 
 def run_main(module_name: str, argv: list[str], monkeypatch) -> None:
-    """Runs `run_scripts/<module_name>.py`'s main() in this process with the given command line."""
+    """Runs `run_scripts/<module_name>.py`'s main() in this process with the given command line, with this process's
+    thread count unless `argv` gives `--threads` (`auto` would follow the machine's load, and leave its choice to the
+    tests that run after)."""
     import importlib
 
+    import torch
+
     module = importlib.import_module(f"run_scripts.{module_name}")
-    monkeypatch.setattr(sys, "argv", [f"{module_name}.py", *argv])
+    threads = [] if "--threads" in argv else ["--threads", str(torch.get_num_threads())]
+    monkeypatch.setattr(sys, "argv", [f"{module_name}.py", *argv, *threads])
     module.main()
 
 

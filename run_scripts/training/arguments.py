@@ -215,6 +215,15 @@ class SLSTMTrainingArguments(TrainingArguments):
             "choices": ["end", "every_save", "checkpoint", "all_checkpoints"],
         },
     )
+    threads: str = field(
+        default="auto",
+        metadata={
+            "help": "PyTorch's intra-op threads: 'auto' (default) runs as many as there are idle usable cores, measured "
+            "at the start and every 10 s of training (each of N processes of a run on one machine takes 1/N of them), "
+            "at most PyTorch's default (OMP_NUM_THREADS, else the physical cores); a number forces that many (figures "
+            "move a little with the thread count)."
+        },
+    )
     ddp_find_unused_parameters: bool | None = field(
         default=False,
         metadata={

@@ -23,6 +23,7 @@ from transformers.trainer_utils import seed_worker
 from transformers.training_args import OptimizerNames
 
 from run_scripts import REPOSITORY_ROOT
+from run_scripts.training.threads import ThreadCountCallback
 
 logger = logging.getLogger(__name__)
 
@@ -185,6 +186,8 @@ class SLSTMTrainer(Trainer):
         if getattr(self.args, "early_stopping_patience", None):
             self.add_callback(EarlyStoppingCallback(self.args.early_stopping_patience))
         self.add_callback(SamplerEpochCallback(self))
+        if getattr(self.args, "threads", None) == "auto":
+            self.add_callback(ThreadCountCallback())
         self.model_card = model_card or {}
         self.reported_metrics = {}
         self.epoch_seeded_sampler = None  # the training (batch) sampler whose order depends on the epoch
