@@ -49,6 +49,7 @@ encoder's leading framing token maps to `<s>`, its closing one to `</s>`). They 
 be many subwords) and are padded on the right with zeros, by the call itself and by `pad`.
 """
 
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
@@ -159,6 +160,25 @@ def _check_sentences(sentences: Sequence, is_split_into_words: bool, allow_empty
             raise ValueError(f"Sentence {index} is empty: expected text with at least one word, got {sentence!r}.")
 
 
+def _has_blank_text(sentences: Sequence) -> bool:
+    """Whether a raw text of `sentences` is empty or whitespace only."""
+    return any(isinstance(sentence, str) and not sentence.strip() for sentence in sentences)
+
+
+def _called_by_a_pipeline() -> bool:
+    """Whether a method of a `transformers.Pipeline` is among the callers: a pipeline tokenizes each input of a batch
+    alone (`TextClassificationPipeline.preprocess`), so an error there would fail the whole batch and name every
+    input "Sentence 0"."""
+    from transformers import Pipeline  # only asked when a text is blank: importing the pipelines costs a second
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), Pipeline):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _is_batch(text, is_split_into_words: bool) -> bool:
     """Whether `text` is a batch of sentences, by the rule of `PreTrainedTokenizerBase.__call__`."""
     if is_split_into_words:
@@ -261,8 +281,10 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
     with `return_tensors="pt"` and a batch, `char_ids` is a `(batch, seq, max_word_length)` tensor. Pre-split input
     (`is_split_into_words=True`) gives exactly one token per word; raw text is split as described in the module
     docstring, with offsets into the given text. An empty sentence or an empty word raises a `ValueError` naming the
-    sentence, except that an empty raw text encodes as `<s> </s>` (no words) when offsets and the special-tokens mask
-    are asked for, as `pipeline("token-classification")` does: the pipeline then returns no entities for it.
+    sentence, except that an empty raw text encodes as `<s> </s>` (no words) inside a `transformers` pipeline or when
+    offsets and the special-tokens mask are asked for: `pipeline("token-classification")` then returns no entities
+    for it, `pipeline("text-classification")` the prediction for the boundary tokens alone, and either one a result
+    for every other text of the batch.
 
     Args:
         char_vocabulary (`list[str]`):
@@ -490,18 +512,20 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         batched = _is_batch(text, is_split_into_words)
         texts = list(text) if batched else [text]
         pairs = text_pair if batched or text_pair is None else [text_pair]
-        # A caller that maps tokens back to the text (offsets and the special-tokens mask, as
-        # `pipeline("token-classification")` asks for) gets no words for an empty text, as with other tokenizers,
+        # A pipeline, or a caller that maps tokens back to the text (offsets and the special-tokens mask, as
+        # `pipeline("token-classification")` asks for), gets no words for an empty text, as with other tokenizers,
         # instead of an error that would fail a whole batch of texts.
         aligns_to_text = bool(kwargs.get("return_offsets_mapping") and kwargs.get("return_special_tokens_mask"))
-        _check_sentences(texts, is_split_into_words, allow_empty_text=aligns_to_text)
+        sentences = texts + list(pairs) if isinstance(pairs, (list, tuple)) else texts
+        allow_empty_text = aligns_to_text or (_has_blank_text(sentences) and _called_by_a_pipeline())
+        _check_sentences(texts, is_split_into_words, allow_empty_text=allow_empty_text)
         if pairs is not None and self.subword_backend is not None:
             raise ValueError(
                 "Sentence pairs are not supported with a feature encoder's subwords (subword_tokenizer): pass single "
                 "sentences"
             )
         if isinstance(pairs, (list, tuple)):
-            _check_sentences(pairs, is_split_into_words, allow_empty_text=aligns_to_text)
+            _check_sentences(pairs, is_split_into_words, allow_empty_text=allow_empty_text)
         add_special_tokens = kwargs.get("add_special_tokens", True)
         truncation = kwargs.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE)
         # Windows over a long text (`return_overflowing_tokens`, the pipelines' `stride`) cover all of it instead:

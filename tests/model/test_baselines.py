@@ -1,6 +1,7 @@
 """Tests of the baseline encoders (`baselines`): padding invariance, heads, Auto round trip."""
 
 import inspect
+import itertools
 
 import pytest
 import torch
@@ -90,9 +91,36 @@ def test_feed_forward_reads_each_word_alone():
     torch.testing.assert_close(outputs.pooler_output[1], expected[1, :4].mean(0))
 
 
+def brute_force_crf_loss(crf, emissions: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over the sentences of `log Z - score(gold)`, in float64, where `Z` sums `exp(score)` over every tag path
+    on the labelled real positions that the CRF's constraints allow, enumerated one by one.
+
+    Args: emissions `(batch, seq, tags)`, labels `(batch, seq)` (-100: no label), mask `(batch, seq)`."""
+    start, end, transitions = (p.detach().double() for p in (crf.start_transitions, crf.end_transitions,
+                                                              crf.transitions))  # fmt: skip
+
+    def score(sentence_emissions, path):
+        steps = sum(transitions[a, b] for a, b in itertools.pairwise(path))
+        return sentence_emissions[range(len(path)), list(path)].sum() + start[path[0]] + end[path[-1]] + steps
+
+    def allowed(path):
+        moves = all(crf.transition_allowed[a, b] for a, b in itertools.pairwise(path))
+        return bool(crf.start_allowed[path[0]] and crf.end_allowed[path[-1]] and moves)
+
+    losses = []
+    for sentence_emissions, sentence_labels, sentence_mask in zip(emissions.detach().double(), labels, mask.bool()):
+        chain = (sentence_labels != -100) & sentence_mask
+        selected, gold = sentence_emissions[chain], tuple(sentence_labels[chain].tolist())  # (k, tags), (k,)
+        paths = itertools.product(range(crf.num_tags), repeat=len(gold))
+        log_partition = torch.logsumexp(torch.stack([score(selected, p) for p in paths if allowed(p)]), 0)
+        losses.append(log_partition - score(selected, gold))
+    return torch.stack(losses).mean()
+
+
 @pytest.mark.parametrize("encoder_type,num_layers", ENCODERS[1:])
 def test_heads_train_and_round_trip(tmp_path, encoder_type, num_layers):
-    """Both heads (token classification with a CRF) give a finite loss and gradients, and reload through Auto."""
+    """Both heads (token classification with a CRF) give the loss of their logits (the CRF's by enumerating the tag
+    paths, the classifier's cross-entropy by hand), train, and reload through Auto."""
     torch.manual_seed(0)
     id2label = dict(enumerate(LABELS))
     config = tiny_config(
@@ -103,22 +131,28 @@ def test_heads_train_and_round_trip(tmp_path, encoder_type, num_layers):
     mask = torch.ones(2, 7, dtype=torch.long)
     mask[1, 5:] = 0
     labels = torch.tensor([[-100, 4, 1, 2, 3, 0, -100], [-100, 0, 4, 0, -100, -100, -100]])
+    tagger.eval()  # no dropout: the emissions below are those the loss saw
     output = tagger(input_ids, attention_mask=mask, labels=labels)
-    assert torch.isfinite(output.loss)
+    emissions = tagger.classifier(tagger.encoder(input_ids, attention_mask=mask).last_hidden_state)
+    expected = brute_force_crf_loss(tagger.crf, emissions, labels, mask)
+    torch.testing.assert_close(output.loss.double(), expected, rtol=1e-5, atol=1e-5)
     output.loss.backward()
     assert tagger.crf is not None and tagger.encoder.embeddings.word_embeddings.weight.grad is not None
 
     tagger.save_pretrained(tmp_path / "tagger")
     reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path / "tagger")
     assert type(reloaded) is BaselineForTokenClassification
-    tagger.eval(), reloaded.eval()
+    reloaded.eval()
     torch.testing.assert_close(
         reloaded(input_ids, attention_mask=mask).logits, tagger(input_ids, attention_mask=mask).logits
     )
 
     classifier = BaselineForSequenceClassification(tiny_config(encoder_type, num_layers, num_labels=3))
-    output = classifier(input_ids, attention_mask=mask, labels=torch.tensor([0, 2]))
-    assert output.logits.shape == (2, 3) and torch.isfinite(output.loss)
+    output = classifier.eval()(input_ids, attention_mask=mask, labels=torch.tensor([0, 2]))
+    assert output.logits.shape == (2, 3)
+    log_probabilities = output.logits.double() - output.logits.double().exp().sum(-1, keepdim=True).log()
+    expected = -(log_probabilities[0, 0] + log_probabilities[1, 2]) / 2
+    torch.testing.assert_close(output.loss.double(), expected, rtol=1e-6, atol=1e-6)
     classifier.save_pretrained(tmp_path / "classifier")
     assert AutoConfig.from_pretrained(tmp_path / "classifier").encoder_type == encoder_type
     assert type(AutoModel.from_pretrained(tmp_path / "classifier")) is BaselineModel

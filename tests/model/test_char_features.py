@@ -120,13 +120,23 @@ def test_inputs_embeds_are_the_word_part_only():
 
 
 def test_gradients_reach_the_character_encoder():
-    model = build(*MODELS["crf_tagger"]).train()
+    """The loss's gradients for the character CNN's parameters are those of finite differences (float64,
+    `torch.autograd.gradcheck`), not zero, and none for the padding character's row."""
+    model = build(*MODELS["crf_tagger"], dtype=torch.float64).train()
     ids, chars = torch.tensor([random_ids([4])[0]]), pad_spellings(random_spellings([4]), width=8)
-    model(input_ids=ids, char_ids=chars, labels=torch.tensor([[0, 1, 2, 0]])).loss.backward()
-    cnn = model.slstm.embeddings.char_encoder
-    assert cnn.convolution.weight.grad.abs().sum() > 0
-    assert cnn.char_embeddings.weight.grad[1:].abs().sum() > 0
-    assert torch.count_nonzero(cnn.char_embeddings.weight.grad[0]) == 0  # the padding row stays untrained
+    batch = {"input_ids": ids, "char_ids": chars, "labels": torch.tensor([[0, 1, 2, 0]])}
+    prefix = "slstm.embeddings.char_encoder."
+    names = [prefix + "convolution.weight", prefix + "convolution.bias", prefix + "char_embeddings.weight"]
+    parameters = dict(model.named_parameters())
+    values = [parameters[name].detach().clone().requires_grad_() for name in names]
+
+    def loss(*tensors):
+        return torch.func.functional_call(model, dict(zip(names, tensors)), kwargs=batch).loss
+
+    assert torch.autograd.gradcheck(loss, values, eps=1e-6, atol=1e-7, rtol=1e-5)
+    gradients = torch.autograd.grad(loss(*values), values)
+    assert all(torch.count_nonzero(gradient) > 0 for gradient in gradients)
+    assert torch.count_nonzero(gradients[2][0]) == 0  # the padding row stays untrained
 
 
 def test_export_with_dynamic_batch_length_and_word_width():

@@ -17,6 +17,13 @@ BREAKAGES = {
     "wrong_product": lambda monkeypatch: monkeypatch.setattr(
         torch.ops.mkldnn, "_linear_pointwise", lambda inputs, weight, *rest: inputs @ weight.t() + 1.0
     ),
+    # Right for a contiguous `(out, in)` weight (the forward product), wrong for the transposed view that the input
+    # gradient passes: only a probe of both directions sees it.
+    "wrong_for_transposed_weight": lambda monkeypatch: monkeypatch.setattr(
+        torch.ops.mkldnn,
+        "_linear_pointwise",
+        lambda inputs, weight, *rest: inputs @ weight.t() + (0.0 if weight.is_contiguous() else 1.0),
+    ),
 }
 
 
@@ -39,10 +46,17 @@ def test_layer_falls_back_to_functional_linear_with_one_warning(monkeypatch, cap
     assert cpu_matmul.selected_backend() == "default"
     warnings = [record for record in caplog.records if "fall back to torch.nn.functional.linear" in record.message]
     assert len(warnings) == 1
-    expected = torch.nn.functional.linear(inputs, layer.weight, layer.bias)
+    reference_inputs = inputs.detach().clone().requires_grad_()
+    reference = torch.nn.Linear(5, 3)
+    reference.load_state_dict(layer.state_dict())
+    expected = torch.nn.functional.linear(reference_inputs, reference.weight, reference.bias)
     torch.testing.assert_close(outputs[0], expected, rtol=0, atol=0)
-    outputs[0].sum().backward()  # and it trains
-    assert inputs.grad is not None and layer.weight.grad is not None
+    # and it trains: the same gradients as F.linear's, for the inputs, the weight and the bias
+    outgoing = torch.linspace(-1.0, 2.0, 12).view(4, 3)  # (rows, out): not all ones, so that a transposition shows
+    outputs[0].backward(outgoing)
+    expected.backward(outgoing)
+    for got, want in ((inputs, reference_inputs), (layer.weight, reference.weight), (layer.bias, reference.bias)):
+        torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=0)
 
 
 def test_the_probe_passes_where_the_op_works(onednn_requested):
@@ -50,3 +64,9 @@ def test_the_probe_passes_where_the_op_works(onednn_requested):
         pytest.skip("this PyTorch has no oneDNN")
     assert cpu_matmul.onednn_matmul_problem() is None
     assert cpu_matmul.selected_backend() == "onednn"
+
+
+@pytest.mark.parametrize("breakage", ["wrong_product", "wrong_for_transposed_weight"])
+def test_the_probe_reports_a_product_wrong_in_either_direction(monkeypatch, breakage):
+    BREAKAGES[breakage](monkeypatch)
+    assert "computed a different product" in cpu_matmul.onednn_matmul_problem()

@@ -1,5 +1,6 @@
-"""`pipeline("token-classification")` on what users pass: documents far longer than 512 words are tagged whole
-(the S-LSTM has no length limit), and an empty text in a batch gives no entities instead of failing the batch."""
+"""`pipeline("token-classification")` and `pipeline("text-classification")` on what users pass: documents far longer
+than 512 words are tagged whole (the S-LSTM has no length limit), and an empty text in a batch gives no entities, or
+the class of its boundary tokens, instead of failing the batch."""
 
 import random
 
@@ -7,6 +8,9 @@ import pytest
 import torch
 from helpers import BIO_LABELS, randomize_, word_tagger
 from transformers import pipeline
+
+from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification
+from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 
 VOCABULARY = [f"w{index}" for index in range(200)] + ["Paris", "John", "."]
 
@@ -47,3 +51,52 @@ def test_direct_calls_keep_the_error_with_the_right_index():
         tokenizer(["John", "Paris", " "])
     with pytest.raises(ValueError, match="Sentence 0 is empty"):
         tokenizer("")
+
+
+def sentiment_classifier():
+    """A small two-label S-LSTM classifier with every parameter drawn, and its word tokenizer."""
+    tokenizer = build_word_tokenizer([["great", "fun", "."], ["boring", "and", "long", "."]])
+    config = SLSTMConfig(
+        embedding_dim=8, hidden_size=8, num_steps=2, embedding_dropout=0.0, hidden_dropout=0.0,
+        classifier_dropout=0.0, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+    )  # fmt: skip
+    update_config_from_tokenizer(config, tokenizer)
+    return randomize_(SLSTMForSequenceClassification(config), seed=1).eval(), tokenizer
+
+
+def expected_prediction(model, input_ids: list[int]) -> dict:
+    """The label and probability the model gives `input_ids` (one sentence), computed without the tokenizer."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([input_ids]), attention_mask=torch.ones(1, len(input_ids))).logits[0]
+    probabilities = logits.double().softmax(-1)
+    return {"label": model.config.id2label[int(probabilities.argmax())], "score": float(probabilities.max())}
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_text_classification_of_an_empty_text_is_that_of_its_boundary_tokens(text):
+    model, tokenizer = sentiment_classifier()
+    classify = pipeline("text-classification", model=model, tokenizer=tokenizer)
+    (prediction,) = classify(text)
+    expected = expected_prediction(model, [tokenizer.bos_token_id, tokenizer.eos_token_id])
+    assert prediction["label"] == expected["label"]
+    assert prediction["score"] == pytest.approx(expected["score"], abs=1e-6)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_text_classification_gives_a_label_for_every_text_of_a_batch(batch_size):
+    model, tokenizer = sentiment_classifier()
+    classify = pipeline("text-classification", model=model, tokenizer=tokenizer)
+    texts = ["great fun .", "", "boring and long .", " \t"]
+    batched = classify(texts, batch_size=batch_size)
+    assert len(batched) == len(texts)
+    for text, prediction in zip(texts, batched):
+        words = [tokenizer.convert_tokens_to_ids(word) for word in text.split()]
+        expected = expected_prediction(model, [tokenizer.bos_token_id, *words, tokenizer.eos_token_id])
+        assert prediction["label"] == expected["label"]
+        assert prediction["score"] == pytest.approx(expected["score"], abs=1e-6)
+        assert prediction == pytest.approx(classify(text)[0], abs=1e-6)  # as when classified alone
+    # direct calls still refuse an empty text, naming it
+    with pytest.raises(ValueError, match="Sentence 1 is empty"):
+        tokenizer(texts, return_tensors="pt", padding=True)
+    with pytest.raises(ValueError, match="Sentence 0 is empty"):
+        tokenizer("", return_tensors="pt")

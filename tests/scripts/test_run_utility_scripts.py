@@ -5,7 +5,9 @@ committed predictions of docs/results.md."""
 import re
 
 import pytest
+import torch
 from script_helpers import REPO, run_args, run_main, write_generated_ner
+from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from run_scripts.training import data
 
@@ -141,7 +143,19 @@ def test_tag_sentence_prints_the_entities_of_a_trained_tagger(tmp_path, monkeypa
         [("PER", "Jones"), ("LOC", "Paris")],
         [("PER", "Brown"), ("LOC", "New York")],
     ]
-    assert all(0.5 < float(score) <= 1.0 for found in entities for _, _, score in found)
+    # each score is the "simple" aggregation: the mean over the entity's words of its tag's probability
+    model = AutoModelForTokenClassification.from_pretrained(out).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    for sentence, found in zip(sentences[::2], entities):
+        words = sentence.split()
+        with torch.no_grad():
+            probabilities = model(**tokenizer(sentence, return_tensors="pt")).logits[0].softmax(-1)  # (seq, labels)
+        for _, text, score in found:
+            length = len(text.split())
+            first = next(i for i in range(len(words)) if words[i : i + length] == text.split())
+            positions = [first + 1 + k for k in range(length)]  # + 1: after <s>
+            expected = probabilities[positions].max(-1).values.mean()
+            assert float(score) == pytest.approx(float(expected), abs=0.005 + 1e-9)
     assert blocks[1][1:] == ["  (no entities)"]
 
 
