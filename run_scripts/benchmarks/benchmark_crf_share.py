@@ -184,10 +184,13 @@ def main(argv=None) -> list[dict]:
     workloads = [random_workload(32, length) for length in args.lengths]
     workloads += real_workloads(args.data_dir, ["conll2003-ner"], args.batch_sizes, args.real_batches, device)
     timing = Timing(warmup=1, repeats=args.repeats, min_time=args.min_time, max_repeats=50)
-    rows = [measure(workload, variant, device, timing) for workload in workloads for variant in variants]
     arguments = sys.argv[1:] if argv is None else argv
     command = " ".join(["python", "run_scripts/benchmarks/benchmark_crf_share.py", *arguments])
-    write_report(rows, machine, command, args.output_dir, args.name)
+    rows = []
+    for workload in workloads:
+        for variant in variants:
+            rows.append(measure(workload, variant, device, timing))
+            write_report(rows, machine, command, args.output_dir, args.name)  # what a time limit would leave
     return rows
 
 

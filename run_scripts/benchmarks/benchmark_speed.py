@@ -243,6 +243,15 @@ def print_summary(rows: list[dict]):
             )
 
 
+def complete_rows(measured: list[dict], machine: dict, meta: dict) -> list[dict]:
+    """`measured` rows with the machine's fields, the ceilings of `meta` and the peaks (its `peaks`, set here: the
+    datasheet's or the measured ceilings and copy bandwidth), ready for the report."""
+    apply_ceilings(measured, meta["ceilings"])
+    meta["peaks"] = run_peaks(machine["device_name"], meta["ceilings"], meta["bandwidth_gb_per_s"] * 1e9)
+    apply_peaks(measured, meta["peaks"])
+    return [{**{k: machine[k] for k in MACHINE_FIELDS}, **row} for row in measured]
+
+
 def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     if args.from_csv:
@@ -258,7 +267,7 @@ def main(argv=None) -> list[dict]:
         torch.set_num_threads(args.threads)
     machine = machine_info(device)
     command = ["python", "run_scripts/benchmarks/benchmark_speed.py", *(argv if argv is not None else sys.argv[1:])]
-    meta = {"command": " ".join(command), "machines": [machine], "load_before": load_average()}
+    meta = {"command": " ".join(command), "machines": [machine], "load_before": load_average(), "load_after": "?"}
     print(f"{machine_line(machine)}; load average {meta['load_before']}", flush=True)
 
     shapes = plan(args, device)
@@ -269,29 +278,23 @@ def main(argv=None) -> list[dict]:
     ceilings = measure_ceilings(device, dtypes, args.ceiling_size)
     for dtype, ceiling in ceilings.items():
         print(f"ceiling {dtype}: {ceiling['gflops']:.0f} GFLOP/s ({ceiling['all']})", flush=True)
+    bandwidth = measure_bandwidth(device, 256 if device.type == "cuda" else 64)  # both far beyond the caches
+    print(f"copy bandwidth: {bandwidth / 1e9:,.0f} GB/s", flush=True)
+    meta.update(ceiling_size=args.ceiling_size, ceilings=ceilings, bandwidth_gb_per_s=bandwidth / 1e9)
+    stem = args.name or f"speed_{device.type}" + ("_quick" if args.quick else "")
     timing = Timing(args.warmup, args.repeats, args.min_time, args.max_repeats, args.time_once_above)
-    rows = []
+    measured = []
     for workload, cases in shapes.items():
-        rows += measure_shape(
+        measured += measure_shape(
             cases, workload, args.modes, device, timing, args.ceiling_size, args.memory, args.matmul_share
         )
+        # The report so far after every workload: a run stopped by a time limit keeps what it measured.
+        write_report(complete_rows(measured, machine, meta), meta, args.output_dir, stem, plots=False)
     # The ceiling again at the end: the better of the two is the machine's capability, not a noisy moment.
     for dtype, after in measure_ceilings(device, dtypes, args.ceiling_size).items():
         ceilings[dtype] = max(ceilings[dtype], after, key=lambda ceiling: ceiling["gflops"])
-    apply_ceilings(rows, ceilings)
-    bandwidth = measure_bandwidth(device)
-    peaks = run_peaks(machine["device_name"], ceilings, bandwidth)
-    apply_peaks(rows, peaks)
-    rows = [{**{k: machine[k] for k in MACHINE_FIELDS}, **row} for row in rows]
-    meta.update(
-        load_after=load_average(),
-        ceiling_size=args.ceiling_size,
-        ceilings=ceilings,
-        peaks=peaks,
-        bandwidth_gb_per_s=bandwidth / 1e9,
-    )
-
-    stem = args.name or f"speed_{device.type}" + ("_quick" if args.quick else "")
+    meta["load_after"] = load_average()
+    rows = complete_rows(measured, machine, meta)
     write_report(rows, meta, args.output_dir, stem, plots=not args.no_plots)
     print_summary(rows)
     print(f"wrote {args.output_dir / stem}.{{csv,md,json}} (load average after: {meta['load_after']})")

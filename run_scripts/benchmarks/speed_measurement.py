@@ -406,7 +406,7 @@ def measure_ceilings(device: torch.device, dtypes, size: int, repeats: int = 5) 
     return ceilings_from_times(times, size)
 
 
-def measure_bandwidth(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
+def measure_bandwidth(device: torch.device, megabytes: int, repeats: int = 5) -> float:
     """Bytes/s of copying a `megabytes` float32 buffer into another (bytes read plus bytes written), the best of
     `repeats` timed copies after one untimed one."""
     source = torch.ones(megabytes * 2**18, device=device)
