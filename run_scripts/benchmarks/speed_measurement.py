@@ -503,12 +503,13 @@ def real_workload(
 ) -> Workload:
     """`num_batches` batches spread evenly over an epoch as the training scripts draw them (`group_by_length`:
     transformers' `LengthGroupedSampler`, seeded; it puts the longest batch first, so the first batches alone would be
-    the longest), each padded to its longest sentence, rounded up to a multiple of `pad_multiple` where given
+    the longest: every `step`-th batch from `step // 2` on), each padded to its longest sentence, rounded up to a multiple of `pad_multiple` where given
     (`gpu_batching.pad_multiple_for`)."""
     sampler = LengthGroupedSampler(batch, lengths=lengths, generator=torch.Generator().manual_seed(seed))
     order = list(sampler)
     batches = [tuple(lengths[i] for i in order[start : start + batch]) for start in range(0, len(order), batch)]
-    batches = batches[:: max(len(batches) // num_batches, 1)][:num_batches]
+    step = max(len(batches) // num_batches, 1)
+    batches = batches[step // 2 :: step][:num_batches]
     multiple = pad_multiple or 1
     widths = tuple(math.ceil(max(b) / multiple) * multiple for b in batches)
     mean_width = round(sum(widths) / len(widths))
