@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every check of the package on a CUDA GPU in one timed run, most important first, each stage with its own time limit
 # inside a budget for the whole run (a lent GPU is timed):
-#   tests     the fused-step tests (tests/model/test_fused_step.py: the fused Triton step against the readable one)
-#             and the model's CUDA tests (tests/model/test_cuda.py)
+#   tests     the fused-step tests (tests/model/test_fused_step.py: the fused Triton step against the readable one),
+#             the model's CUDA tests (tests/model/test_cuda.py) and the CUDA-graph replay of the speed benchmark
 #   speed     benchmark_speed.py: the package's S-LSTM (`slstm`: the fused step, as a user gets it) and its variants
 #             (eager, fused, fused + CUDA graphs) against the cuDNN 1- and 2-layer BiLSTM, float32 and bf16, at
 #             32x16 ... 32x512 and on real CoNLL-2003 NER and movie-review batches of 10 and 32, with the FLOP and
@@ -34,7 +34,7 @@ PYTHON=${PYTHON:-$(command -v python3 || command -v python)}  # CUDA images hold
 WHEELS=.gpu/whl
 GPU_DATA=.gpu/data
 # The packages to carry, pinned to the versions of this machine (the ones the tests ran with here).
-CARRIED=(transformers datasets dill multiprocess seqeval)
+CARRIED=(transformers regex datasets dill multiprocess seqeval)  # transformers checks regex's version at import
 
 if [ "${1:-}" = "--prepare" ]; then
     set -e
@@ -95,7 +95,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 "$PYTHON" -c "import torch, transformers, triton; print('torch', torch.__version__, 'CUDA', torch.version.cuda,
     'transformers', transformers.__version__, 'triton', triton.__version__, 'GPU', torch.cuda.get_device_name())" ||
     failed=1
-stage tests 60 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/model/test_fused_step.py tests/model/test_cuda.py
+stage tests 60 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/model/test_fused_step.py tests/model/test_cuda.py \
+    tests/benchmarks/test_gpu_harness.py::test_cuda_graph_replay_matches_eager
 stage speed 140 "$PYTHON" "${SPEED[@]}" --models slstm bilstm1 bilstm2 --lengths 16 32 64 128 512 \
     --variants fp32 bf16 --slstm_variants eager bf16+eager fused bf16+fused fused+graphs bf16+fused+graphs \
     --slstm_variant_lengths 16 32 64 128 512 --real_data conll2003-ner movie-review --data_dir "$DATA" \

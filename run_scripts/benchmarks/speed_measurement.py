@@ -614,6 +614,23 @@ def skip_reason(variant: Variant, device: torch.device) -> str | None:
     return None
 
 
+class EncoderOutputs(nn.Module):
+    """`model`'s (word states, sentence representation) from positional tensors: a module, so that
+    `torch.cuda.make_graphed_callables` captures the gradients of its parameters.
+
+    Args:
+        model (`nn.Module`): an encoder of `MODELS`.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        return outputs[0], outputs[1]  # (batch, seq, hidden), (batch, hidden)
+
+
 class GraphedModel:
     """`model(input_ids, attention_mask)` as (word states, sentence representation), replayed from CUDA graphs: one
     per input shape and mode, captured at the first call with them. Training: forward and backward graphs
@@ -631,24 +648,24 @@ class GraphedModel:
             self.graphs[key] = capture(input_ids, attention_mask)
         return self.graphs[key](input_ids, attention_mask)
 
-    def outputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask)
-        return outputs[0], outputs[1]
-
     def capture_training(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Callable:
-        return torch.cuda.make_graphed_callables(self.outputs, (input_ids, attention_mask))
+        # A new wrapper per shape: make_graphed_callables replaces the forward of the module it is given. Unused
+        # inputs allowed: some encoders hold parameters that a configuration leaves out of the forward pass.
+        module = EncoderOutputs(self.model)
+        return torch.cuda.make_graphed_callables(module, (input_ids, attention_mask), allow_unused_input=True)
 
     def capture_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Callable:
         static_ids, static_mask = input_ids.clone(), attention_mask.clone()
+        outputs = EncoderOutputs(self.model)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up outside the graph (cuBLAS workspaces, Triton's compilation)
             for _ in range(2):
-                self.outputs(static_ids, static_mask)
+                outputs(static_ids, static_mask)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            static_outputs = self.outputs(static_ids, static_mask)
+            static_outputs = outputs(static_ids, static_mask)
 
         def replay(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             static_ids.copy_(ids)
