@@ -84,6 +84,17 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     return total, total - embeddings
 
 
+def slstm_blocks(config: SLSTMConfig) -> tuple[int, int, int, int]:
+    """`(window width 2w+1, output gate 0/1, context blocks C, input blocks I)` of an S-LSTM step: C and I count the
+    gate/content blocks that the window states and the input each feed (`2w+1` window gates, `K` sentence gates and
+    the content gate are normalized together; then the output gate and, unless context-independent, the content)."""
+    width = 2 * config.window_size + 1
+    output_gate = 0 if config.remove_output_gate else 1
+    normalized = width + config.num_sentence_nodes + 1
+    context_blocks = normalized + output_gate + (0 if config.context_independent_content else 1)
+    return width, output_gate, context_blocks, normalized + output_gate + 1
+
+
 def slstm_forward_flops(config: SLSTMConfig, batch: int, length: int) -> float:
     r"""
     Matmul FLOPs of one S-LSTM forward pass over `batch` sentences of `length` tokens (2 FLOPs per multiply-add).
@@ -96,11 +107,8 @@ def slstm_forward_flops(config: SLSTMConfig, batch: int, length: int) -> float:
     The plain reference (`slstm-reference`) is credited with these FLOPs too, the work the equations need, although it
     does more (`U x_i` and `V g` per token and step), so that GFLOP/s compare like tokens/s.
     """
-    hidden, nodes, width = config.hidden_size, config.num_sentence_nodes, 2 * config.window_size + 1
-    output_gate = 0 if config.remove_output_gate else 1
-    normalized = width + nodes + 1
-    context_blocks = normalized + output_gate + (0 if config.context_independent_content else 1)
-    input_blocks = normalized + output_gate + 1
+    hidden, nodes = config.hidden_size, config.num_sentence_nodes
+    width, output_gate, context_blocks, input_blocks = slstm_blocks(config)
     tokens = batch * length
     flops = 2.0 * tokens * config.embedding_dim * input_blocks * hidden
     per_token_step = 2.0 * width * hidden * context_blocks * hidden
@@ -151,11 +159,8 @@ def slstm_forward_elements(config: SLSTMConfig, batch: int, length: float) -> fl
     context blocks), and the sentence node's state (`4·K·H` per sentence, small). Forward+backward is counted as 3x
     forward, as the FLOPs are.
     """
-    hidden, nodes, width = config.hidden_size, config.num_sentence_nodes, 2 * config.window_size + 1
-    output_gate = 0 if config.remove_output_gate else 1
-    normalized = width + nodes + 1
-    context_blocks = normalized + output_gate + (0 if config.context_independent_content else 1)
-    input_blocks = normalized + output_gate + 1
+    hidden, nodes = config.hidden_size, config.num_sentence_nodes
+    width, output_gate, context_blocks, input_blocks = slstm_blocks(config)
     tokens = batch * length
     step_weights = width * hidden * context_blocks * hidden + hidden * nodes * hidden
     if nodes:
