@@ -2,11 +2,13 @@
 """Speed and memory of S-LSTM against a plain reference implementation and the baselines the paper compares with.
 
 For every model and workload (a random batch of a batch size and length, or batches spread over a CoNLL-2003 NER or
-movie-review training epoch as the training scripts draw and pad them, `--real_data`): forward-only (`torch.no_grad`, eval mode) and forward+backward (training mode,
-the gradient of a sum over the encoder's outputs) throughput in tokens/s, the median of timed runs after warm-up; peak
-memory; parameter count; matmul GFLOP/s against the best 2048³ GEMM of the machine (PyTorch's default backend and, for
-float32 on CPU, oneDNN), measured at the start and end of the run and also timed between the model runs. All models
-and variants of one shape are timed in turn, so that their ratios compare the same moments of a shared machine.
+movie-review training epoch as the training scripts draw and pad them, `--real_data`): forward-only
+(`torch.no_grad`, eval mode) and forward+backward (training mode, the gradient of a sum over the encoder's outputs)
+throughput in tokens/s (real workloads: the sentences' tokens, padding not counted), the median of timed runs after
+warm-up; peak memory; parameter count; matmul GFLOP/s against the best 2048³ GEMM of the machine (PyTorch's default
+backend and, for float32 on CPU, oneDNN), measured at the start and end of the run and also timed between the model
+runs. All models and variants of one workload are timed in turn, so that their ratios compare the same moments of a
+shared machine.
 Every row also states its floor: the time its matmul FLOPs take at the device's peak FLOP/s or the bytes it must move
 at the peak bandwidth, whichever is longer (datasheet peaks for the GPUs of `speed_measurement.DEVICE_PEAKS`, else
 the run's ceiling GEMM and copy bandwidth), and the share of it reached.

@@ -12,8 +12,8 @@
 #             the training scripts, next to the paper's seconds -> epochs.{csv,md}, <run>.log
 #   compile   benchmark_speed.py: torch.compile and torch.compile(mode="reduce-overhead") over the fused step, bf16
 #             training at 32x32 and 32x512 -> speed_cuda_compile.{csv,md,json}
-#   graphs    benchmark_epochs.py: a movie-review epoch with --torch_compile --torch_compile_mode reduce-overhead (does it pay
-#             for a whole epoch?) -> epochs_graphs.{csv,md}
+#   graphs    benchmark_epochs.py: a movie-review epoch with --torch_compile --torch_compile_mode reduce-overhead
+#             (does it pay for a whole epoch?) -> epochs_graphs.{csv,md}
 #   scripts   the training scripts' tests on the GPU (not in the default STAGES: minutes)
 #
 #   bash run_scripts/benchmarks/gpu_checks.sh --prepare   # here, before: data and wheels into .gpu/ (git-ignored)

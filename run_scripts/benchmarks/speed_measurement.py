@@ -508,8 +508,8 @@ def real_workload(
 ) -> Workload:
     """`num_batches` batches spread evenly over an epoch as the training scripts draw them (`group_by_length`:
     transformers' `LengthGroupedSampler`, seeded; it puts the longest batch first, so the first batches alone would be
-    the longest: every `step`-th batch from `step // 2` on), each padded to its longest sentence, rounded up to a multiple of `pad_multiple` where given
-    (`gpu_batching.pad_multiple_for`)."""
+    the longest: every `step`-th batch from `step // 2` on), each padded to its longest sentence, rounded up to a
+    multiple of `pad_multiple` where given (`gpu_batching.pad_multiple_for`)."""
     sampler = LengthGroupedSampler(batch, lengths=lengths, generator=torch.Generator().manual_seed(seed))
     order = list(sampler)
     batches = [tuple(lengths[i] for i in order[start : start + batch]) for start in range(0, len(order), batch)]

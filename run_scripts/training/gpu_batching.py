@@ -2,9 +2,9 @@
 tokens on a CUDA device, so that a corpus's batches take a few widths rather than one per sentence length.
 
 Why: the fused S-LSTM step and cuBLAS pick their kernels per shape, `torch.compile` recompiles and CUDA graphs are
-captured per shape; with widths in steps of 8 the CoNLL-2003 NER training split has 11 of them (its longest
-sentence has 115 tokens), the movie-review one 8. Outputs do not change (the
-model is exact under padding); on a CPU the batches stay padded to their longest sentence, as before.
+captured per shape; with widths in steps of 8 the CoNLL-2003 NER training split has 11 of them (its longest sentence
+has 115 tokens), the movie-review one 8. Outputs do not change (the model is exact under padding); on a CPU the
+batches stay padded to their longest sentence, as before.
 
 CUDA graphs and `torch.compile` stay options of the training scripts (transformers' `--torch_compile` with
 `--torch_compile_mode reduce-overhead` for graphs), off by default: `run_scripts/benchmarks/gpu_checks.sh` measures
