@@ -66,6 +66,7 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
     export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1  # a lent GPU reaches no network: no waiting on the Hub
 DATA=${SHARED_DATA:-$([ -d "$GPU_DATA" ] && echo "$GPU_DATA" || echo ../shared/data)}
 
 pack() {  # OUTPUT_DIR into ARCHIVE, if asked for
