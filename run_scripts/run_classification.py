@@ -32,7 +32,7 @@ from pathlib import Path
 from sklearn.metrics import accuracy_score, f1_score
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, set_seed
 
-from run_scripts.training import data
+from run_scripts.training import data, gpu_batching
 from run_scripts.training.arguments import DataArguments, parse_training_arguments
 from run_scripts.training.model_setup import (
     apply_training_recipe,
@@ -161,7 +161,7 @@ def main():
         train_dataset=processed.get("train") if training_args.do_train else None,
         eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer),
+        data_collator=gpu_batching.data_collator(DataCollatorWithPadding, tokenizer, training_args),
         compute_metrics=metrics,
         model_card={
             "pipeline_tag": "text-classification",

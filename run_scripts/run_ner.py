@@ -46,7 +46,7 @@ from modeling_slstm.tag_schemes import (
     normalize_scheme_name,
     split_tag,
 )
-from run_scripts.training import data
+from run_scripts.training import data, gpu_batching
 from run_scripts.training.arguments import DataArguments, parse_training_arguments
 from run_scripts.training.model_setup import (
     apply_training_recipe,
@@ -279,7 +279,7 @@ def main():
         train_dataset=processed.get("train") if training_args.do_train else None,
         eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
-        data_collator=DataCollatorForTokenClassification(tokenizer),
+        data_collator=gpu_batching.data_collator(DataCollatorForTokenClassification, tokenizer, training_args),
         compute_metrics=metrics,
         preprocess_logits_for_metrics=argmax_logits,
         model_card={

@@ -1,11 +1,23 @@
 #!/usr/bin/env python
 """Speed and memory of S-LSTM against a plain reference implementation and the baselines the paper compares with.
 
-For every model, batch size and length: forward-only (`torch.no_grad`, eval mode) and forward+backward (training mode,
-the gradient of a sum over the encoder's outputs) throughput in tokens/s, the median of timed runs after warm-up; peak
-memory; parameter count; matmul GFLOP/s against the best 2048³ GEMM of the machine (PyTorch's default backend and, for
-float32 on CPU, oneDNN), measured at the start and end of the run and also timed between the model runs. All models
-and variants of one shape are timed in turn, so that their ratios compare the same moments of a shared machine.
+For every model and workload (a random batch of a batch size and length, or batches spread over a CoNLL-2003 NER or
+movie-review training epoch as the training scripts draw and pad them, `--real_data`): forward-only
+(`torch.no_grad`, eval mode) and forward+backward (training mode, the gradient of a sum over the encoder's outputs)
+throughput in tokens/s (real workloads: the sentences' tokens, padding not counted), the median of timed runs after
+warm-up; peak memory; parameter count; matmul GFLOP/s against the best 2048³ GEMM of the machine (PyTorch's default
+backend and, for float32 on CPU, oneDNN), measured at the start and end of the run and also timed between the model
+runs. All models and variants of one workload are timed in turn, so that their ratios compare the same moments of a
+shared machine.
+Every row also states its floor: the time its matmul FLOPs take at the device's peak FLOP/s or the bytes it must move
+at the peak bandwidth, whichever is longer (datasheet peaks for the GPUs of `speed_measurement.DEVICE_PEAKS`, else
+the run's ceiling GEMM and copy bandwidth), and the share of it reached.
+
+S-LSTM variants (`--slstm_variants`): `eager` (the readable PyTorch step), `fused` (the fused Triton step, CUDA),
+`fused+graphs` (the fused step replayed from CUDA graphs, `torch.cuda.make_graphed_callables`), `fused+reduce-overhead`
+(the same through `torch.compile(mode="reduce-overhead")`), `compile` (`torch.compile` of the package's choice), each
+also as `bf16+<variant>`; `gpu` stands for all of these. The plain `slstm` rows are the package as a user gets it
+(`step_implementation="auto"`: the fused step on a GPU).
 
 Models (`speed_measurement.MODELS`): `slstm` (the paper configuration: hidden 300, embedding 300, 9 steps, window 1,
 one sentence node), `slstm-reference` (the same equations and parameters written plainly, `reference_slstm.py`),
@@ -24,6 +36,11 @@ Examples:
     # the same on a GPU, written to docs/benchmarks/speed_cuda.*
     python run_scripts/benchmarks/benchmark_speed.py --device cuda
 
+    # the fused-step variants on a GPU, also on real CoNLL-2003 and movie-review batches of 10 and 32 sentences
+    python run_scripts/benchmarks/benchmark_speed.py --device cuda --models slstm bilstm1 bilstm2 --batch_sizes 32 \
+        --lengths 16 32 64 128 512 --slstm_variants gpu --slstm_variant_lengths 32 512 \
+        --real_data conll2003-ner movie-review --data_dir ../shared/data
+
     # merge earlier runs into one report, measuring nothing
     python run_scripts/benchmarks/benchmark_speed.py --from_csv docs/benchmarks/speed_cpu_*.csv --name speed_cpu
 """
@@ -37,18 +54,27 @@ import torch
 
 from run_scripts import REPOSITORY_ROOT
 from run_scripts.benchmarks.speed_measurement import (
+    CORPORA,
+    GPU_SLSTM_VARIANTS,
     MODELS,
     PAPER_SLSTM,
+    RANDOM,
     REFERENCE_SLSTM,
     VARIANTS,
     Timing,
+    Workload,
     apply_ceilings,
+    apply_peaks,
     ceiling_gemm_dtypes,
     machine_info,
     matmul_share_text,
+    measure_bandwidth,
     measure_ceilings,
     measure_shape,
     mode_label,
+    random_workload,
+    real_workloads,
+    run_peaks,
     skip_reason,
 )
 from run_scripts.benchmarks.speed_report import (
@@ -91,7 +117,22 @@ class SpeedArguments:
             "only compile / bf16+compile are accepted; the flag alone: none)"
         },
     )
-    slstm_variant_lengths: list[int] = field(default_factory=lambda: [128, 512])
+    slstm_variant_lengths: list[int] = field(
+        default_factory=lambda: [128, 512],
+        metadata={"help": "random lengths of the --slstm_variants (they also run on every real workload)"},
+    )
+    real_data: list[str] = field(
+        default_factory=list,
+        metadata={"help": f"real training batches of these corpora, among {', '.join(CORPORA)} (needs --data_dir)"},
+    )
+    data_dir: Path | None = field(
+        default=None,
+        metadata={"help": "the shared data folder (conll2003/, movie_review/); missing: real data skipped"},
+    )
+    real_batch_sizes: list[int] = field(
+        default_factory=lambda: [10, 32], metadata={"help": "batch sizes of the real batches (the paper's is 10)"}
+    )
+    real_batches: int = field(default=16, metadata={"help": "batches of an epoch per real workload (one timed call)"})
     device: str = field(default="cpu", metadata={"help": "torch device, e.g. cpu or cuda"})
     threads: int | None = field(default=None, metadata={"help": "torch.set_num_threads (default: torch's choice)"})
     warmup: int = field(default=1, metadata={"help": "untimed rounds first"})
@@ -130,7 +171,11 @@ class SpeedArguments:
         self.modes = self.modes or list(MODES)
         if self.slstm_variants is None:
             self.slstm_variants = ["compile", "checkpoint"]
+        if "gpu" in self.slstm_variants:
+            at = self.slstm_variants.index("gpu")
+            self.slstm_variants[at : at + 1] = GPU_SLSTM_VARIANTS
         check_choices("models", self.models, MODELS)
+        check_choices("real_data", self.real_data, CORPORA)
         check_choices("modes", self.modes, MODES)
         check_choices("variants", self.variants, VARIANTS)
         check_choices("slstm_variants", self.slstm_variants, VARIANTS)
@@ -139,17 +184,22 @@ class SpeedArguments:
 
 
 def parse_args(argv=None) -> SpeedArguments:
-    return parse_arguments(SpeedArguments, argv, description=__doc__, allow_empty=["variants", "slstm_variants"])
+    return parse_arguments(
+        SpeedArguments, argv, description=__doc__, allow_empty=["variants", "slstm_variants", "real_data"]
+    )
 
 
-def plan(args: SpeedArguments, device: torch.device) -> dict[tuple[int, int], list]:
-    """`{(batch, length): [(model, variant), ...]}`: what is timed together at each shape."""
+def plan(args: SpeedArguments, device: torch.device) -> dict[Workload, list]:
+    """`{workload: [(model, variant), ...]}`: what is timed together on each workload, random ones first."""
     shapes = {}
 
-    def add(model, variant_key, batch, length):
+    def add(model, variant_key, workload):
         variant = VARIANTS[variant_key]
-        cases = shapes.setdefault((batch, length), [])
-        fits = not args.max_tokens or batch * length <= args.max_tokens
+        cases = shapes.setdefault(workload, [])
+        fits = (
+            not args.max_tokens
+            or max(len(b) * w for b, w in zip(workload.batches, workload.widths)) <= args.max_tokens
+        )
         if fits and all((model, variant.name) != (m, v.name) for m, v in cases):
             cases.append((model, variant))
 
@@ -160,17 +210,18 @@ def plan(args: SpeedArguments, device: torch.device) -> dict[tuple[int, int], li
             print(f"skipping {key}: {reason}", flush=True)
         else:
             runnable.add(key)
+    random = [random_workload(batch, length) for batch in args.batch_sizes for length in args.lengths]
+    real = real_workloads(args.data_dir, args.real_data, args.real_batch_sizes, args.real_batches, device)
     for key in (v for v in args.variants if v in runnable):
-        for batch in args.batch_sizes:
-            for length in args.lengths:
-                for model in args.models:
-                    add(model, key, batch, length)
+        for workload in random + real:
+            for model in args.models:
+                add(model, key, workload)
     if PAPER_SLSTM in args.models:
+        variant_workloads = [w for w in random if w.length in args.slstm_variant_lengths] + real
         for key in (v for v in args.slstm_variants if v in runnable):
-            for batch in args.batch_sizes:
-                for length in args.slstm_variant_lengths:
-                    add(PAPER_SLSTM, key, batch, length)
-    return {shape: cases for shape, cases in sorted(shapes.items()) if cases}
+            for workload in variant_workloads:
+                add(PAPER_SLSTM, key, workload)
+    return {w: cases for w, cases in sorted(shapes.items(), key=lambda item: item[0].sort_key()) if cases}
 
 
 def load_average() -> str:
@@ -183,7 +234,7 @@ def load_average() -> str:
 def print_summary(rows: list[dict]):
     print("\n".join(comparison_tables(rows)))
     for row in rows:
-        if row["model"] == PAPER_SLSTM and (row["batch"], row["length"]) == (32, 128):
+        if row["model"] == PAPER_SLSTM and (row["data"], row["batch"], row["length"]) == (RANDOM, 32, 128):
             print(
                 f"S-LSTM paper config, 32x128, {row['variant']}, {mode_label(row['mode'])}: "
                 f"{row['tokens_per_s']:,.0f} tokens/s, {row['gflops_per_s']:.0f} GFLOP/s = "
@@ -192,6 +243,15 @@ def print_summary(rows: list[dict]):
                 f"of {row['interleaved_ceiling_gflops_per_s']:.0f} GFLOP/s timed between the runs)"
                 + matmul_share_text(row)
             )
+
+
+def complete_rows(measured: list[dict], machine: dict, meta: dict) -> list[dict]:
+    """`measured` rows with the machine's fields, the ceilings of `meta` and the peaks (its `peaks`, set here: the
+    datasheet's or the measured ceilings and copy bandwidth), ready for the report."""
+    apply_ceilings(measured, meta["ceilings"])
+    meta["peaks"] = run_peaks(machine["device_name"], meta["ceilings"], meta["bandwidth_gb_per_s"] * 1e9)
+    apply_peaks(measured, meta["peaks"])
+    return [{**{k: machine[k] for k in MACHINE_FIELDS}, **row} for row in measured]
 
 
 def main(argv=None) -> list[dict]:
@@ -209,29 +269,34 @@ def main(argv=None) -> list[dict]:
         torch.set_num_threads(args.threads)
     machine = machine_info(device)
     command = ["python", "run_scripts/benchmarks/benchmark_speed.py", *(argv if argv is not None else sys.argv[1:])]
-    meta = {"command": " ".join(command), "machines": [machine], "load_before": load_average()}
+    meta = {"command": " ".join(command), "machines": [machine], "load_before": load_average(), "load_after": "?"}
     print(f"{machine_line(machine)}; load average {meta['load_before']}", flush=True)
 
     shapes = plan(args, device)
+    for workload, cases in shapes.items():
+        print(f"plan {workload.label()}: {', '.join(f'{model} {variant.name}' for model, variant in cases)}")
     autocast_dtypes = {v.autocast_dtype for cases in shapes.values() for _, v in cases} - {None}
     dtypes = ceiling_gemm_dtypes(device, autocast_dtypes)
     ceilings = measure_ceilings(device, dtypes, args.ceiling_size)
     for dtype, ceiling in ceilings.items():
         print(f"ceiling {dtype}: {ceiling['gflops']:.0f} GFLOP/s ({ceiling['all']})", flush=True)
+    bandwidth = measure_bandwidth(device, 256 if device.type == "cuda" else 64)  # both far beyond the caches
+    print(f"copy bandwidth: {bandwidth / 1e9:,.0f} GB/s", flush=True)
+    meta.update(ceiling_size=args.ceiling_size, ceilings=ceilings, bandwidth_gb_per_s=bandwidth / 1e9)
+    stem = args.name or f"speed_{device.type}" + ("_quick" if args.quick else "")
     timing = Timing(args.warmup, args.repeats, args.min_time, args.max_repeats, args.time_once_above)
-    rows = []
-    for (batch, length), cases in shapes.items():
-        rows += measure_shape(
-            cases, batch, length, args.modes, device, timing, args.ceiling_size, args.memory, args.matmul_share
+    measured = []
+    for workload, cases in shapes.items():
+        measured += measure_shape(
+            cases, workload, args.modes, device, timing, args.ceiling_size, args.memory, args.matmul_share
         )
+        # The report so far after every workload: a run stopped by a time limit keeps what it measured.
+        write_report(complete_rows(measured, machine, meta), meta, args.output_dir, stem, plots=False)
     # The ceiling again at the end: the better of the two is the machine's capability, not a noisy moment.
     for dtype, after in measure_ceilings(device, dtypes, args.ceiling_size).items():
         ceilings[dtype] = max(ceilings[dtype], after, key=lambda ceiling: ceiling["gflops"])
-    apply_ceilings(rows, ceilings)
-    rows = [{**{k: machine[k] for k in MACHINE_FIELDS}, **row} for row in rows]
-    meta.update(load_after=load_average(), ceiling_size=args.ceiling_size, ceilings=ceilings)
-
-    stem = args.name or f"speed_{device.type}" + ("_quick" if args.quick else "")
+    meta["load_after"] = load_average()
+    rows = complete_rows(measured, machine, meta)
     write_report(rows, meta, args.output_dir, stem, plots=not args.no_plots)
     print_summary(rows)
     print(f"wrote {args.output_dir / stem}.{{csv,md,json}} (load average after: {meta['load_after']})")

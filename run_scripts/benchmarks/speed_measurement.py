@@ -1,11 +1,13 @@
-"""The measuring half of `benchmark_speed.py`: models, matmul FLOP counts, the machine, the GEMM ceiling, timed runs.
+"""The measuring half of `benchmark_speed.py`: models, matmul FLOP and memory-traffic counts, the machine and its
+peaks, the GEMM ceiling, workloads (random shapes and real training batches), timed runs.
 
 Everything that is timed together is timed in turn (round-robin, `time_interleaved`): all models and variants of one
-batch shape, and a ceiling GEMM with them, so that a ratio between two rows of one shape compares the same moments of
+workload, and a ceiling GEMM with them, so that a ratio between two rows of one workload compares the same moments of
 a machine whose load changes from minute to minute. Reporting lives in `speed_report.py`.
 """
 
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -17,12 +19,14 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
+from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from baselines import BaselineEncoderConfig, BaselineModel
 from modeling_slstm import cpu_matmul
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from modeling_slstm.modeling_slstm import SLSTMModel
 from run_scripts.benchmarks.reference_slstm import ReferenceSLSTM
+from run_scripts.training import data, gpu_batching
 
 VOCAB_SIZE = 10000
 PAPER_SLSTM = "slstm"
@@ -80,6 +84,17 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     return total, total - embeddings
 
 
+def slstm_blocks(config: SLSTMConfig) -> tuple[int, int, int, int]:
+    """`(window width 2w+1, output gate 0/1, context blocks C, input blocks I)` of an S-LSTM step: C and I count the
+    gate/content blocks that the window states and the input each feed (`2w+1` window gates, `K` sentence gates and
+    the content gate are normalized together; then the output gate and, unless context-independent, the content)."""
+    width = 2 * config.window_size + 1
+    output_gate = 0 if config.remove_output_gate else 1
+    normalized = width + config.num_sentence_nodes + 1
+    context_blocks = normalized + output_gate + (0 if config.context_independent_content else 1)
+    return width, output_gate, context_blocks, normalized + output_gate + 1
+
+
 def slstm_forward_flops(config: SLSTMConfig, batch: int, length: int) -> float:
     r"""
     Matmul FLOPs of one S-LSTM forward pass over `batch` sentences of `length` tokens (2 FLOPs per multiply-add).
@@ -92,11 +107,8 @@ def slstm_forward_flops(config: SLSTMConfig, batch: int, length: int) -> float:
     The plain reference (`slstm-reference`) is credited with these FLOPs too, the work the equations need, although it
     does more (`U x_i` and `V g` per token and step), so that GFLOP/s compare like tokens/s.
     """
-    hidden, nodes, width = config.hidden_size, config.num_sentence_nodes, 2 * config.window_size + 1
-    output_gate = 0 if config.remove_output_gate else 1
-    normalized = width + nodes + 1
-    context_blocks = normalized + output_gate + (0 if config.context_independent_content else 1)
-    input_blocks = normalized + output_gate + 1
+    hidden, nodes = config.hidden_size, config.num_sentence_nodes
+    width, output_gate, context_blocks, input_blocks = slstm_blocks(config)
     tokens = batch * length
     flops = 2.0 * tokens * config.embedding_dim * input_blocks * hidden
     per_token_step = 2.0 * width * hidden * context_blocks * hidden
@@ -125,13 +137,65 @@ def baseline_forward_flops(config: BaselineEncoderConfig, batch: int, length: in
     return 2.0 * tokens * embedding * hidden + layers * per_layer
 
 
-def step_flops(config, batch: int, length: int, mode: str) -> float:
-    """FLOPs of one timed call: forward, or forward+backward (`mode == "train"`, 3x forward)."""
+def step_flops(config, batch: int, length: float, mode: str) -> float:
+    """FLOPs of one timed call: forward, or forward+backward (`mode == "train"`, 3x forward). `length` may be a mean
+    length (`Workload`): every count here is linear in the tokens except the Transformer's attention."""
     if isinstance(config, SLSTMConfig):
         forward = slstm_forward_flops(config, batch, length)
     else:
         forward = baseline_forward_flops(config, batch, length)
     return forward * (3.0 if mode == "train" else 1.0)
+
+
+def slstm_forward_elements(config: SLSTMConfig, batch: int, length: float) -> float:
+    r"""
+    Elements that one S-LSTM forward pass must move between the GPU's memory and its cores at the least, when every
+    matrix product is one cuBLAS call and everything between two products is one fused kernel (the fused step).
+
+    Once: the word embeddings read (`E` per token) and the input term `U x_i` written (`I·H` per token, `I` input
+    blocks). Per step: the step's weights read (`W`, `U_f`, the sentence node's matrices: the parameters the FLOP
+    count multiplies by), the input term read again (`I·H` per token), the word states `h, c` read and written
+    (`4H` per token), the window product written by its GEMM and read by the fused kernel (`2·C·H` per token with `C`
+    context blocks), and the sentence node's state (`4·K·H` per sentence, small). Forward+backward is counted as 3x
+    forward, as the FLOPs are.
+    """
+    hidden, nodes = config.hidden_size, config.num_sentence_nodes
+    width, output_gate, context_blocks, input_blocks = slstm_blocks(config)
+    tokens = batch * length
+    step_weights = width * hidden * context_blocks * hidden + hidden * nodes * hidden
+    if nodes:
+        step_weights += nodes * hidden * context_blocks * hidden
+        step_weights += (nodes + 1) * hidden * (1 + output_gate) * nodes * hidden + (nodes * hidden) ** 2
+    once = tokens * (config.embedding_dim + input_blocks * hidden)
+    per_step = step_weights + tokens * (input_blocks * hidden + 4 * hidden + 2 * context_blocks * hidden)
+    per_step += batch * 4 * nodes * hidden
+    return once + config.num_steps * per_step
+
+
+def baseline_forward_elements(config: BaselineEncoderConfig, batch: int, length: float) -> float:
+    """Elements a BiLSTM forward pass must move at the least (cuDNN keeps the recurrent weights and `c` on chip): per
+    layer its weights once, its input read, the input term `W x` written and read (`2·4·H` per token, both directions
+    together) and the output `h` written. NaN for the other baselines (no estimate)."""
+    if config.encoder_type != "bilstm":
+        return float("nan")
+    tokens = batch * length
+    hidden, embedding, layers = config.hidden_size, config.embedding_dim, config.num_layers
+    units = hidden // 2
+    elements = tokens * embedding  # the embedding lookup's reads
+    for width in [embedding] + [hidden] * (layers - 1):
+        weights = 2 * 4 * units * (width + units)
+        elements += weights + tokens * (width + 2 * 4 * hidden + hidden)
+    return elements
+
+
+def step_bytes(config, batch: int, length: float, mode: str, element_bytes: int) -> float:
+    """Bytes one timed call must move at the least (`slstm_forward_elements`, `baseline_forward_elements`), with
+    `element_bytes` per element (4 float32, 2 bf16); forward+backward 3x forward."""
+    if isinstance(config, SLSTMConfig):
+        forward = slstm_forward_elements(config, batch, length)
+    else:
+        forward = baseline_forward_elements(config, batch, length)
+    return forward * element_bytes * (3.0 if mode == "train" else 1.0)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -159,8 +223,36 @@ def machine_info(device: torch.device) -> dict:
     }
 
 
+# Peak dense matmul FLOP/s per dtype (float32 without TF32, as PyTorch runs float32 matmuls by default) and memory
+# bandwidth, from NVIDIA's datasheets, keyed by a part of `torch.cuda.get_device_name()`; the longest matching key
+# counts ("NVIDIA H100 PCIe" is not an SXM H100). Devices not listed use the run's own measurements (`run_peaks`).
+DEVICE_PEAKS = {
+    "H100": {"float32": 67e12, "bfloat16": 989e12, "float16": 989e12, "bandwidth": 3.35e12},
+    "H100 PCIe": {"float32": 51e12, "bfloat16": 756e12, "float16": 756e12, "bandwidth": 2.0e12},
+    "H100 NVL": {"float32": 60e12, "bfloat16": 835e12, "float16": 835e12, "bandwidth": 3.9e12},
+    "H200": {"float32": 67e12, "bfloat16": 989e12, "float16": 989e12, "bandwidth": 4.8e12},
+    "H200 NVL": {"float32": 60e12, "bfloat16": 835e12, "float16": 835e12, "bandwidth": 4.8e12},
+}
+
+
+def table_peaks(device_name: str) -> dict | None:
+    """The `DEVICE_PEAKS` entry of the longest key contained in `device_name`, or None."""
+    keys = [key for key in DEVICE_PEAKS if key in device_name]
+    return DEVICE_PEAKS[max(keys, key=len)] if keys else None
+
+
+def run_peaks(device_name: str, ceilings: dict[str, dict], bandwidth: float) -> dict:
+    """`{"float32": FLOP/s, ..., "bandwidth": bytes/s, "source": "table" | "measured"}`: the datasheet figures of
+    `DEVICE_PEAKS`, else the run's ceiling GEMMs and its copy bandwidth (`measure_bandwidth`)."""
+    table = table_peaks(device_name)
+    if table:
+        return {**table, "source": "table"}
+    measured = {dtype: ceiling["gflops"] * 1e9 for dtype, ceiling in ceilings.items()}
+    return {**measured, "bandwidth": bandwidth, "source": "measured"}
+
+
 # --------------------------------------------------------------------------------------------------------------------
-# Timing, memory, the GEMM ceiling
+# Timing, memory, the GEMM ceiling, the copy bandwidth
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -319,6 +411,15 @@ def measure_ceilings(device: torch.device, dtypes, size: int, repeats: int = 5) 
     return ceilings_from_times(times, size)
 
 
+def measure_bandwidth(device: torch.device, megabytes: int, repeats: int = 5) -> float:
+    """Bytes/s of copying a `megabytes` float32 buffer into another (bytes read plus bytes written), the best of
+    `repeats` timed copies after one untimed one."""
+    source = torch.ones(megabytes * 2**18, device=device)
+    target = torch.empty_like(source)
+    times = time_interleaved({"copy": lambda: target.copy_(source)}, device, Timing(1, repeats, 0.0, repeats))
+    return 2 * source.numel() * source.element_size() / min(times["copy"])
+
+
 def row_ceiling_dtypes(variant_name: str) -> list[str]:
     """The ceilings a row is compared with: float32, and under bf16/fp16 autocast also that dtype (the faster counts,
     since autocast may keep matmuls in float32 where the low-precision path is slow)."""
@@ -334,30 +435,172 @@ def apply_ceilings(rows: list[dict], ceilings: dict[str, dict]):
         row["pct_of_ceiling"] = 100 * row["gflops_per_s"] / best if best else float("nan")
 
 
+def apply_peaks(rows: list[dict], peaks: dict):
+    """Set every row's peaks (`peak_gflops_per_s` of its dtype, `peak_gb_per_s`, `peak_source`), the share of each
+    reached (`pct_of_peak_flops`, `pct_of_peak_bandwidth`), and its floor: `floor_ms`, the time that its FLOPs at
+    the peak FLOP/s or its bytes at the peak bandwidth take, whichever is longer, and `pct_of_floor`, that time as a
+    share of the measured one (100%: the row runs at the machine's limit)."""
+    for row in rows:
+        flops = max(peaks.get(dtype, 0.0) for dtype in row_ceiling_dtypes(row["variant"]))
+        seconds = row["median_ms"] / 1e3
+        floor = max(row["gflop"] * 1e9 / flops, row["gbytes"] * 1e9 / peaks["bandwidth"])
+        row.update(
+            peak_gflops_per_s=flops / 1e9,
+            peak_gb_per_s=peaks["bandwidth"] / 1e9,
+            peak_source=peaks["source"],
+            pct_of_peak_flops=100 * row["gflop"] * 1e9 / seconds / flops,
+            pct_of_peak_bandwidth=100 * row["gbytes"] * 1e9 / seconds / peaks["bandwidth"],
+            floor_ms=floor * 1e3,
+            pct_of_floor=100 * floor / seconds,
+        )
+
+
 # --------------------------------------------------------------------------------------------------------------------
-# Models at one shape, timed together
+# Workloads: random full-length batches, and real training batches as the training scripts make them
+# --------------------------------------------------------------------------------------------------------------------
+
+RANDOM = "random"
+CORPORA = {"conll2003-ner": "conll2003/ner/train.txt", "movie-review": "movie_review"}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one timed call runs over: `batches`, each a tuple of sentence lengths in tokens, padded to its `widths`
+    entry. Random workloads are one full batch (`batch` x `length`); real ones (`data` a key of `CORPORA`) are
+    batches of a training epoch (`real_workload`), with `length` their mean padded width (rounded)."""
+
+    data: str
+    batch: int
+    length: int
+    batches: tuple[tuple[int, ...], ...]
+    widths: tuple[int, ...]
+
+    @property
+    def tokens(self) -> int:
+        """The sentences' tokens (padding not counted): tokens/s of real workloads count the work a user asked for."""
+        return sum(sum(lengths) for lengths in self.batches)
+
+    def sort_key(self) -> tuple:
+        return (self.data != RANDOM, self.data, self.batch, self.length)
+
+    def label(self) -> str:
+        shape = f"{self.batch}x{self.length}"
+        return shape if self.data == RANDOM else f"{self.data} {shape} ({len(self.batches)} batches)"
+
+
+def random_workload(batch: int, length: int) -> Workload:
+    return Workload(RANDOM, batch, length, ((length,) * batch,), (length,))
+
+
+def corpus_lengths(data_dir: Path, corpus: str) -> list[int]:
+    """Tokens per training sentence of `corpus` as the training scripts frame them (`<s> words </s>`): CoNLL-2003's
+    train split (`run_ner.py`), the movie-review train split of `--split_seed 42` (`run_classification.py`)."""
+    path = Path(data_dir) / CORPORA[corpus]
+    if corpus == "movie-review":
+        sentences = [example["text"].split() for example in data.read_rt_polarity(path, seed=42)["train"]]
+    else:
+        sentences = [example["tokens"] for example in data.read_conll(path)]
+    return [len(words) + 2 for words in sentences]
+
+
+def real_workload(
+    lengths: list[int], corpus: str, batch: int, num_batches: int, pad_multiple: int | None, seed: int = 42
+) -> Workload:
+    """`num_batches` batches spread evenly over an epoch as the training scripts draw them (`group_by_length`:
+    transformers' `LengthGroupedSampler`, seeded; it puts the longest batch first, so the first batches alone would be
+    the longest: every `step`-th batch from `step // 2` on), each padded to its longest sentence, rounded up to a
+    multiple of `pad_multiple` where given (`gpu_batching.pad_multiple_for`)."""
+    sampler = LengthGroupedSampler(batch, lengths=lengths, generator=torch.Generator().manual_seed(seed))
+    order = list(sampler)
+    batches = [tuple(lengths[i] for i in order[start : start + batch]) for start in range(0, len(order), batch)]
+    step = max(len(batches) // num_batches, 1)
+    batches = batches[step // 2 :: step][:num_batches]
+    multiple = pad_multiple or 1
+    widths = tuple(math.ceil(max(b) / multiple) * multiple for b in batches)
+    mean_width = round(sum(widths) / len(widths))
+    return Workload(corpus, batch, mean_width, tuple(batches), widths)
+
+
+def real_workloads(
+    data_dir: Path | None, corpora: list[str], batch_sizes: list[int], num_batches: int, device: torch.device
+) -> list[Workload]:
+    """`real_workload` of each corpus and batch size; none (with the reason printed) where the data is missing."""
+    workloads = []
+    for corpus in corpora:
+        path = Path(data_dir or "") / CORPORA[corpus]
+        if data_dir is None or not path.exists():
+            print(f"skipping the real {corpus} batches: {path} not found (--data_dir)", flush=True)
+            continue
+        lengths = corpus_lengths(data_dir, corpus)
+        pad_multiple = gpu_batching.pad_multiple_for(device)
+        workloads += [real_workload(lengths, corpus, batch, num_batches, pad_multiple) for batch in batch_sizes]
+    return workloads
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Models on one workload, timed together
 # --------------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
 class Variant:
-    """How a model runs: float32, or `autocast_dtype` autocast; `torch.compile`; checkpointing per S-LSTM step."""
+    """How a model runs: float32, or `autocast_dtype` autocast; `torch.compile` (in `compile_mode`); checkpointing
+    per S-LSTM step; the S-LSTM step `step_implementation` ("eager": the readable PyTorch step, "triton": the fused
+    one; None: the package's choice, "auto"); `cuda_graphs`: forward and backward replayed from CUDA graphs
+    (`GraphedModel`)."""
 
     name: str
     autocast_dtype: torch.dtype | None = None
     compile: bool = False
     checkpointing: bool = False
     modes: tuple = ("forward", "train")
+    step_implementation: str | None = None
+    compile_mode: str | None = None
+    cuda_graphs: bool = False
+
+
+def variant_pair(name: str, **settings) -> dict[str, Variant]:
+    """`{name: float32 variant, "bf16+" + name: the same under bf16 autocast}`."""
+    return {
+        name: Variant(f"fp32+{name}", **settings),
+        f"bf16+{name}": Variant(f"bf16+{name}", autocast_dtype=torch.bfloat16, **settings),
+    }
 
 
 VARIANTS = {
     "fp32": Variant("fp32"),
     "bf16": Variant("bf16", autocast_dtype=torch.bfloat16),
     "fp16": Variant("fp16", autocast_dtype=torch.float16),
-    "compile": Variant("fp32+compile", compile=True),
-    "bf16+compile": Variant("bf16+compile", autocast_dtype=torch.bfloat16, compile=True),
+    **variant_pair("compile", compile=True),
     "checkpoint": Variant("fp32+checkpoint", checkpointing=True, modes=("train",)),
+    **variant_pair("eager", step_implementation="eager"),
+    **variant_pair("fused", step_implementation="triton"),
+    **variant_pair("fused+graphs", step_implementation="triton", cuda_graphs=True),
+    **variant_pair(
+        "fused+reduce-overhead", step_implementation="triton", compile=True, compile_mode="reduce-overhead"
+    ),
 }
+# The GPU variants of the fused-step measurement (benchmark_speed.py --slstm_variants gpu).
+GPU_SLSTM_VARIANTS = [
+    f"{precision}{name}"
+    for name in ("eager", "fused", "fused+graphs", "fused+reduce-overhead", "compile")
+    for precision in ("", "bf16+")
+]
+
+
+def has_step_implementation() -> bool:
+    """Whether this package's `SLSTMConfig` has the `step_implementation` option (the fused step's switch)."""
+    return hasattr(SLSTMConfig(), "step_implementation")
+
+
+def set_step_implementation(model: nn.Module, implementation: str | None) -> str:
+    """Sets `model.config.step_implementation` to `implementation` where the package has the option and one is asked
+    for; returns the step the model is set to ("eager" where the package has only the readable step)."""
+    if not has_step_implementation():
+        return "eager"
+    if implementation:
+        model.config.step_implementation = implementation
+    return model.config.step_implementation
 
 
 def skip_reason(variant: Variant, device: torch.device) -> str | None:
@@ -367,45 +610,132 @@ def skip_reason(variant: Variant, device: torch.device) -> str | None:
         return "float16 autocast is for GPUs"
     if variant.autocast_dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return "this GPU has no bfloat16"
+    if variant.step_implementation == "triton" and not has_step_implementation():
+        return "this package's SLSTMConfig has no step_implementation (no fused step)"
+    if variant.step_implementation == "triton" and device.type != "cuda":
+        return "the fused Triton step runs on CUDA tensors"
+    if (variant.cuda_graphs or variant.compile_mode == "reduce-overhead") and device.type != "cuda":
+        return "CUDA graphs need a CUDA device"
     return None
 
 
-class TimedModel:
-    """One model in one variant on a random full-length batch `(batch, length)`, ready to call forward only
-    (`torch.no_grad`, eval mode) or forward+backward (training mode, the gradient of the sum of the outputs)."""
+class EncoderOutputs(nn.Module):
+    """`model`'s (word states, sentence representation) from positional tensors: a module, so that
+    `torch.cuda.make_graphed_callables` captures the gradients of its parameters.
 
-    def __init__(self, name: str, variant: Variant, batch: int, length: int, device: torch.device):
+    Args:
+        model (`nn.Module`): an encoder of `MODELS`.
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask)
+        return outputs[0], outputs[1]  # (batch, seq, hidden), (batch, hidden)
+
+
+class GraphedModel:
+    """`model(input_ids, attention_mask)` as (word states, sentence representation), replayed from CUDA graphs: one
+    per input shape and mode, captured at the first call with them. Training: forward and backward graphs
+    (`torch.cuda.make_graphed_callables`); forward only (`torch.no_grad`): one forward graph (`torch.cuda.graph`).
+    Autocast must run with `cache_enabled=False` (make_graphed_callables requires it)."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.graphs = {}
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (tuple(input_ids.shape), self.model.training, torch.is_grad_enabled())
+        if key not in self.graphs:
+            capture = self.capture_training if torch.is_grad_enabled() else self.capture_forward
+            self.graphs[key] = capture(input_ids, attention_mask)
+        return self.graphs[key](input_ids, attention_mask)
+
+    def capture_training(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Callable:
+        # A new wrapper per shape: make_graphed_callables replaces the forward of the module it is given. Unused
+        # inputs allowed: some encoders hold parameters that a configuration leaves out of the forward pass.
+        module = EncoderOutputs(self.model)
+        return torch.cuda.make_graphed_callables(module, (input_ids, attention_mask), allow_unused_input=True)
+
+    def capture_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Callable:
+        static_ids, static_mask = input_ids.clone(), attention_mask.clone()
+        outputs = EncoderOutputs(self.model)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up outside the graph (cuBLAS workspaces, Triton's compilation)
+            for _ in range(2):
+                outputs(static_ids, static_mask)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_outputs = outputs(static_ids, static_mask)
+
+        def replay(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            static_ids.copy_(ids)
+            static_mask.copy_(mask)
+            graph.replay()
+            return static_outputs
+
+        return replay
+
+
+class TimedModel:
+    """One model in one variant on a workload's batches (random token ids; each sentence's real tokens unmasked,
+    right padding), ready to call forward only (`torch.no_grad`, eval mode) or forward+backward (training mode, the
+    gradient of the sum of the outputs) over all of them."""
+
+    def __init__(self, name: str, variant: Variant, workload: Workload, device: torch.device):
         self.name, self.variant, self.device = name, variant, device
         self.config = MODELS[name]()
         self.model = build_model(name).to(device)
+        self.step_implementation = ""
+        if isinstance(self.model, SLSTMModel):
+            self.step_implementation = set_step_implementation(self.model, variant.step_implementation)
         if variant.checkpointing:  # one checkpoint per S-LSTM step; the method's name before transformers 5.x
             enable = getattr(self.model, "activation_checkpointing_enable", None)
             (enable or self.model.gradient_checkpointing_enable)()
         self.params, self.encoder_params = count_parameters(self.model)
-        self.runner = torch.compile(self.model) if variant.compile else self.model
-        generator = torch.Generator().manual_seed(batch * 1000 + length)
-        self.input_ids = torch.randint(4, VOCAB_SIZE, (batch, length), generator=generator).to(device)
-        self.attention_mask = torch.ones(batch, length, dtype=torch.long, device=device)
+        if variant.cuda_graphs:
+            self.runner = GraphedModel(self.model)
+        elif variant.compile:
+            self.runner = torch.compile(self.model, mode=variant.compile_mode)
+        else:
+            self.runner = self.model
+        generator = torch.Generator().manual_seed(workload.batch * 1000 + workload.length)
+        self.batches = []
+        for lengths, width in zip(workload.batches, workload.widths):
+            input_ids = torch.randint(4, VOCAB_SIZE, (len(lengths), width), generator=generator)
+            attention_mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).long()  # (batch, width)
+            self.batches.append((input_ids.to(device), attention_mask.to(device)))
 
     def autocast(self):
         dtype = self.variant.autocast_dtype
-        return torch.autocast(self.device.type, dtype=dtype or torch.float32, enabled=dtype is not None)
+        return torch.autocast(
+            self.device.type,
+            dtype=dtype or torch.float32,
+            enabled=dtype is not None,
+            cache_enabled=not self.variant.cuda_graphs,
+        )
 
-    def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def outputs(self, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """(word states, sentence representation): the first two outputs of every encoder here."""
-        outputs = self.runner(input_ids=self.input_ids, attention_mask=self.attention_mask)
+        outputs = self.runner(input_ids=input_ids, attention_mask=attention_mask)
         return outputs[0], outputs[1]
 
     def forward(self):
         with torch.no_grad(), self.autocast():
-            self.outputs()
+            for input_ids, attention_mask in self.batches:
+                self.outputs(input_ids, attention_mask)
 
     def forward_backward(self):
-        with self.autocast():
-            states, pooled = self.outputs()
-            loss = states.float().sum() + pooled.float().sum()
-        loss.backward()
-        self.model.zero_grad(set_to_none=True)
+        for input_ids, attention_mask in self.batches:
+            with self.autocast():
+                states, pooled = self.outputs(input_ids, attention_mask)
+                loss = states.float().sum() + pooled.float().sum()
+            loss.backward()
+            self.model.zero_grad(set_to_none=True)
 
     def call_for(self, mode: str) -> Callable[[], None]:
         self.model.train(mode == "train")
@@ -413,11 +743,12 @@ class TimedModel:
 
     def runs(self, mode: str) -> bool:
         """Call once; False (and say why) where this model cannot run in this variant here, e.g. oneDNN's bf16 LSTM
-        on a CPU without bf16 support."""
+        on a CPU without bf16 support, or a CUDA-graph capture that meets a host synchronisation. Any error: one
+        failing variant must not end a timed GPU run."""
         try:
             self.call_for(mode)()
-        except RuntimeError as error:
-            reason = str(error).splitlines()[0]
+        except Exception as error:  # noqa: BLE001 (Triton, Dynamo and CUDA-graph errors alike)
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             print(f"skipping {self.name} {self.variant.name} {mode_label(mode)}: {reason}", flush=True)
             return False
         return True
@@ -425,8 +756,7 @@ class TimedModel:
 
 def measure_shape(
     cases: list[tuple[str, Variant]],
-    batch: int,
-    length: int,
+    workload: Workload,
     modes: list[str],
     device: torch.device,
     timing: Timing,
@@ -434,12 +764,13 @@ def measure_shape(
     measure_memory: bool = True,
     measure_matmul_share: bool = False,
 ) -> list[dict]:
-    """Time every `(model, variant)` of `cases` at `batch` x `length` in turn with a ceiling GEMM per dtype, per mode;
+    """Time every `(model, variant)` of `cases` on `workload` in turn with a ceiling GEMM per dtype, per mode;
     then, with `measure_memory`, each one's peak memory, and with `measure_matmul_share`, an S-LSTM's share of time in
     matrix products (`matmul_time_share`; both not for `torch.compile` on CPU, which the profiler does not follow).
 
-    Returns one row per case and mode (the CSV columns of `speed_report.FIELDS` without the machine and ceiling)."""
-    models = [TimedModel(name, variant, batch, length, device) for name, variant in cases]
+    Returns one row per case and mode (the CSV columns of `speed_report.FIELDS` without the machine, the ceiling and
+    the peaks)."""
+    models = [TimedModel(name, variant, workload, device) for name, variant in cases]
     dtypes = ceiling_gemm_dtypes(device, {m.variant.autocast_dtype for m in models} - {None})
     ceilings = ceiling_calls(device, dtypes, ceiling_size)
     rows = []
@@ -462,18 +793,23 @@ def measure_shape(
             is_slstm = isinstance(model.config, SLSTMConfig)
             if measure_matmul_share and is_slstm and device.type == "cpu" and not compiled_on_cpu:
                 matmul_share = matmul_time_share(call)
-            gflops = step_flops(model.config, batch, length, mode) / median / 1e9
+            element_bytes = 2 if model.variant.autocast_dtype else 4
+            flops = sum(step_flops(model.config, len(b), sum(b) / len(b), mode) for b in workload.batches)
+            moved = sum(
+                step_bytes(model.config, len(b), sum(b) / len(b), mode, element_bytes) for b in workload.batches
+            )
             interleaved = max(
                 moment_ceilings[d]["gflops"] for d in row_ceiling_dtypes(model.variant.name) if d in moment_ceilings
             )
+            gflops = flops / median / 1e9
             rows.append(
                 {
                     "model": model.name,
                     "variant": model.variant.name,
-                    "batch": batch,
-                    "length": length,
+                    "batch": workload.batch,
+                    "length": workload.length,
                     "mode": mode,
-                    "tokens_per_s": batch * length / median,
+                    "tokens_per_s": workload.tokens / median,
                     "median_ms": median * 1e3,
                     "runs": len(times[key]),
                     "peak_mem_mb": memory / 2**20,
@@ -483,6 +819,11 @@ def measure_shape(
                     "interleaved_ceiling_gflops_per_s": interleaved,
                     "pct_of_interleaved_ceiling": 100 * gflops / interleaved,
                     "matmul_time_share": matmul_share,
+                    "data": workload.data,
+                    "batches": len(workload.batches),
+                    "step_implementation": model.step_implementation,
+                    "gflop": flops / 1e9,
+                    "gbytes": moved / 1e9,
                 }
             )
             print_row(rows[-1])
@@ -497,7 +838,8 @@ def mode_label(mode: str) -> str:
 
 def print_row(row: dict):
     print(
-        f"{row['model']:>16} {row['variant']:>16} {row['batch']:>3}x{row['length']:<4} {mode_label(row['mode']):>16}: "
+        f"{row['model']:>16} {row['variant']:>26} {row['data']:>13} {row['batch']:>3}x{row['length']:<4} "
+        f"{mode_label(row['mode']):>16}: "
         f"{row['tokens_per_s']:>10.0f} tok/s {row['median_ms']:>9.1f} ms {row['peak_mem_mb']:>8.1f} MiB "
         f"{row['gflops_per_s']:>7.1f} GFLOP/s ({row['pct_of_interleaved_ceiling']:.0f}% of the ceiling GEMM timed "
         "between the runs)" + matmul_share_text(row),

@@ -1,7 +1,8 @@
 """The reporting half of `benchmark_speed.py`: CSV, Markdown tables, JSON metadata and PNG plots of measured rows.
 
-A row is one model, variant, batch, length and mode (`FIELDS`); the machine it ran on is in every row, so that CSVs
-of different machines can be merged (`--from_csv`) without losing which CPU kind a figure belongs to.
+A row is one model, variant, workload (`data`: random, or a corpus's real batches; batch, length) and mode
+(`FIELDS`); the machine it ran on is in every row, so that CSVs of different machines can be merged (`--from_csv`)
+without losing which CPU kind a figure belongs to. Columns are only ever appended, so that older CSVs still read.
 """
 
 import csv
@@ -9,17 +10,21 @@ import json
 import math
 from pathlib import Path
 
-from run_scripts.benchmarks.speed_measurement import PAPER_SLSTM, REFERENCE_SLSTM, mode_label
+from run_scripts.benchmarks.speed_measurement import PAPER_SLSTM, RANDOM, REFERENCE_SLSTM, mode_label
 
 MACHINE_FIELDS = ["device", "device_name", "cpu_capability", "native_bf16", "threads", "torch", "matmul_backend"]
 FIELDS = MACHINE_FIELDS + [
     "model", "variant", "batch", "length", "mode", "tokens_per_s", "median_ms", "runs", "peak_mem_mb", "params",
     "encoder_params", "gflops_per_s", "ceiling_gflops_per_s", "pct_of_ceiling", "interleaved_ceiling_gflops_per_s",
     "pct_of_interleaved_ceiling", "matmul_time_share",
+    # the workload, the S-LSTM step that ran, and the floor (speed_measurement.apply_peaks)
+    "data", "batches", "step_implementation", "gflop", "gbytes", "peak_gflops_per_s", "peak_gb_per_s", "peak_source",
+    "pct_of_peak_flops", "pct_of_peak_bandwidth", "floor_ms", "pct_of_floor",
 ]  # fmt: skip
 TEXT_FIELDS = {"device", "device_name", "cpu_capability", "native_bf16", "torch", "matmul_backend"}
-TEXT_FIELDS |= {"model", "variant", "mode"}
-INTEGER_FIELDS = {"threads", "batch", "length", "runs", "params", "encoder_params"}
+TEXT_FIELDS |= {"model", "variant", "mode", "data", "step_implementation", "peak_source"}
+INTEGER_FIELDS = {"threads", "batch", "length", "runs", "params", "encoder_params", "batches"}
+BASELINES = ("bilstm1", "bilstm2")  # the cuDNN BiLSTMs the S-LSTM variants are compared with
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -36,7 +41,8 @@ def write_csv(rows: list[dict], path: Path):
 
 
 def read_csv(path: Path) -> list[dict]:
-    """Rows of a CSV written by `write_csv`; columns that older runs did not write are empty (text) or NaN."""
+    """Rows of a CSV written by `write_csv`; columns that older runs did not write are empty (text) or NaN, and their
+    workloads random ones."""
 
     def parse(key: str, value: str | None):
         if key in TEXT_FIELDS:
@@ -46,7 +52,8 @@ def read_csv(path: Path) -> list[dict]:
         return int(value) if key in INTEGER_FIELDS else float(value)
 
     with path.open() as handle:
-        return [{key: parse(key, row.get(key)) for key in FIELDS} for row in csv.DictReader(handle)]
+        rows = [{key: parse(key, row.get(key)) for key in FIELDS} for row in csv.DictReader(handle)]
+    return [{**row, "data": row["data"] or RANDOM} for row in rows]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -63,7 +70,7 @@ def reference_comparison(rows: list[dict]) -> list[dict]:
     """The package's paper S-LSTM against the plain reference, same variant, mode and shape (timed in turn)."""
     comparisons = []
     for ours in (row for row in rows if row["model"] == PAPER_SLSTM):
-        shape = {k: ours[k] for k in ("variant", "mode", "batch", "length")}
+        shape = {k: ours[k] for k in ("variant", "mode", "data", "batch", "length")}
         reference = lookup(rows, model=REFERENCE_SLSTM, **shape)
         if reference:
             comparisons.append(
@@ -81,7 +88,7 @@ def autocast_comparison(rows: list[dict]) -> list[dict]:
     """bf16 autocast against float32 for the package and the reference, same mode and shape."""
     comparisons = []
     for fp32 in (row for row in rows if row["model"] in (PAPER_SLSTM, REFERENCE_SLSTM) and row["variant"] == "fp32"):
-        shape = {k: fp32[k] for k in ("model", "mode", "batch", "length")}
+        shape = {k: fp32[k] for k in ("model", "mode", "data", "batch", "length")}
         bf16 = lookup(rows, variant="bf16", **shape)
         if bf16:
             comparisons.append(
@@ -98,6 +105,16 @@ def autocast_comparison(rows: list[dict]) -> list[dict]:
 # --------------------------------------------------------------------------------------------------------------------
 # Markdown
 # --------------------------------------------------------------------------------------------------------------------
+
+
+def workload_label(data: str, batch: int, length: int) -> str:
+    """`32×128` for a random workload, `conll2003-ner 10×24` for a corpus's real batches (mean padded width)."""
+    return f"{batch}×{length}" if data == RANDOM else f"{data} {batch}×{length}"
+
+
+def workloads(rows: list[dict]) -> list[tuple[str, int, int]]:
+    """The `(data, batch, length)` of `rows`, random ones first."""
+    return sorted({(r["data"], r["batch"], r["length"]) for r in rows}, key=lambda w: (w[0] != RANDOM, *w))
 
 
 def markdown_table(header: list[str], body: list[list[str]]) -> list[str]:
@@ -117,7 +134,8 @@ def comparison_tables(rows: list[dict]) -> list[str]:
         ]
         header = ["variant", "mode", "batch×length", "package tokens/s", "reference tokens/s", "package / reference"]
         body = [
-            [c["variant"], mode_label(c["mode"]), f"{c['batch']}×{c['length']}", f"{c['package_tokens_per_s']:,.0f}",
+            [c["variant"], mode_label(c["mode"]), workload_label(c["data"], c["batch"], c["length"]),
+             f"{c['package_tokens_per_s']:,.0f}",
              f"{c['reference_tokens_per_s']:,.0f}", f"{c['package_over_reference']:.2f}"]
             for c in versus_reference
         ]  # fmt: skip
@@ -127,7 +145,8 @@ def comparison_tables(rows: list[dict]) -> list[str]:
         lines += ["", "**bf16 autocast vs float32**", ""]
         header = ["model", "mode", "batch×length", "fp32 tokens/s", "bf16 tokens/s", "bf16 time / fp32 time"]
         body = [
-            [c["model"], mode_label(c["mode"]), f"{c['batch']}×{c['length']}", f"{c['fp32_tokens_per_s']:,.0f}",
+            [c["model"], mode_label(c["mode"]), workload_label(c["data"], c["batch"], c["length"]),
+             f"{c['fp32_tokens_per_s']:,.0f}",
              f"{c['bf16_tokens_per_s']:,.0f}", f"{c['bf16_time_over_fp32']:.2f}"]
             for c in bf16_vs_fp32
         ]  # fmt: skip
@@ -140,7 +159,7 @@ def ratio_tables(rows: list[dict]) -> list[str]:
     lines = []
     for variant in sorted({r["variant"] for r in rows}):
         for mode in ("train", "forward"):
-            shapes = sorted({(r["batch"], r["length"]) for r in rows if r["mode"] == mode and r["variant"] == variant})
+            shapes = workloads([r for r in rows if r["mode"] == mode and r["variant"] == variant])
             others = [
                 m
                 for m in dict.fromkeys(r["model"] for r in rows)
@@ -151,30 +170,63 @@ def ratio_tables(rows: list[dict]) -> list[str]:
             body = []
             for model in others:
                 cells = [model]
-                for batch, length in shapes:
-                    same = {"variant": variant, "mode": mode, "batch": batch, "length": length}
+                for data, batch, length in shapes:
+                    same = {"variant": variant, "mode": mode, "data": data, "batch": batch, "length": length}
                     ours, theirs = lookup(rows, model=PAPER_SLSTM, **same), lookup(rows, model=model, **same)
                     cells.append(f"{ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}" if ours and theirs else "–")
                 body.append(cells)
             title = f"**Speed ratio `{PAPER_SLSTM}` / model ({variant}, {mode_label(mode)}; > 1: S-LSTM faster)**"
-            lines += ["", title, ""] + markdown_table(["model"] + [f"{b}×{n}" for b, n in shapes], body)
+            lines += ["", title, ""] + markdown_table(["model"] + [workload_label(*w) for w in shapes], body)
+    return lines
+
+
+def baseline_variant(variant: str) -> str:
+    """The baselines' variant an S-LSTM variant is compared with: the same precision (`bf16+fused` -> `bf16`)."""
+    return variant.split("+")[0]
+
+
+def variant_tables(rows: list[dict]) -> list[str]:
+    """Markdown: every variant of the paper S-LSTM (rows) against each cuDNN BiLSTM of `BASELINES` in the same
+    precision, per workload (columns): S-LSTM tokens/s ÷ BiLSTM tokens/s, same run and mode."""
+    lines = []
+    for baseline in BASELINES:
+        for mode in ("train", "forward"):
+            ours = [r for r in rows if r["model"] == PAPER_SLSTM and r["mode"] == mode]
+            shapes = workloads(ours)
+            body = []
+            for variant in dict.fromkeys(r["variant"] for r in ours):
+                cells = [variant]
+                for data, batch, length in shapes:
+                    same = {"mode": mode, "data": data, "batch": batch, "length": length}
+                    row = lookup(ours, variant=variant, **same)
+                    theirs = lookup(rows, model=baseline, variant=baseline_variant(variant), **same)
+                    cells.append(f"{row['tokens_per_s'] / theirs['tokens_per_s']:.2f}" if row and theirs else "–")
+                body.append(cells)
+            if any(cell != "–" for cells in body for cell in cells[1:]):
+                title = (
+                    f"**`{PAPER_SLSTM}` variants / `{baseline}` in the same precision ({mode_label(mode)}; > 1: "
+                    "S-LSTM faster)**"
+                )
+                lines += ["", title, ""] + markdown_table(
+                    ["S-LSTM variant"] + [workload_label(*w) for w in shapes], body
+                )
     return lines
 
 
 def value_table(rows: list[dict], mode: str, variant: str, key: str, fmt) -> list[str]:
     """Markdown: `key` of every model (rows) at every shape (columns); empty when nothing was measured."""
     selected = [r for r in rows if r["mode"] == mode and r["variant"] == variant]
-    shapes = sorted({(r["batch"], r["length"]) for r in selected})
+    shapes = workloads(selected)
     if not shapes or all(math.isnan(r[key]) for r in selected):
         return []
     body = []
     for model in dict.fromkeys(r["model"] for r in selected):
         cells = [model, f"{lookup(selected, model=model)['encoder_params'] / 1e6:.2f}M"]
-        for batch, length in shapes:
-            row = lookup(selected, model=model, batch=batch, length=length)
+        for data, batch, length in shapes:
+            row = lookup(selected, model=model, data=data, batch=batch, length=length)
             cells.append(fmt(row[key]) if row and not math.isnan(row[key]) else "–")
         body.append(cells)
-    return markdown_table(["model", "params (encoder)"] + [f"{b}×{n}" for b, n in shapes], body)
+    return markdown_table(["model", "params (encoder)"] + [workload_label(*w) for w in shapes], body)
 
 
 def machine_line(machine: dict) -> str:
@@ -195,6 +247,11 @@ VALUE_TABLES = (
      lambda v: f"{v:.0f}%"),
     ("matmul_time_share", "Share of the time in matrix products (torch.profiler, one call)",
      lambda v: f"{100 * v:.0f}%"),
+    ("floor_ms", "Floor: ms per call that its FLOPs at the peak FLOP/s or its bytes at the peak bandwidth take",
+     lambda v: f"{v:.3g}"),
+    ("pct_of_floor", "Share of the floor reached (floor time / measured time)", lambda v: f"{v:.1f}%"),
+    ("pct_of_peak_flops", "Matmul FLOP/s as % of the peak", lambda v: f"{v:.1f}%"),
+    ("pct_of_peak_bandwidth", "Minimum bytes moved per second as % of the peak bandwidth", lambda v: f"{v:.1f}%"),
 )  # fmt: skip
 
 
@@ -207,7 +264,14 @@ def write_markdown(rows: list[dict], meta: dict, path: Path):
         lines.append(
             f"Ceiling {dtype} ({meta['ceiling_size']}³ GEMM, GFLOP/s): **{ceiling['gflops']:.0f}** ({backends})  "
         )
-    lines += comparison_tables(rows) + ratio_tables(rows)
+    if "peaks" in meta:
+        peaks = meta["peaks"]
+        flops = ", ".join(f"{k} {v / 1e12:.0f}" for k, v in peaks.items() if k not in ("bandwidth", "source"))
+        lines.append(
+            f"Peaks ({peaks['source']}): TFLOP/s {flops}; bandwidth {peaks['bandwidth'] / 1e9:,.0f} GB/s; "
+            f"copy measured in this run: {meta['bandwidth_gb_per_s']:,.0f} GB/s  "
+        )
+    lines += comparison_tables(rows) + variant_tables(rows) + ratio_tables(rows)
     for variant in dict.fromkeys(r["variant"] for r in rows):
         for mode in ("train", "forward"):
             for key, title, fmt in VALUE_TABLES:
@@ -230,6 +294,7 @@ def write_plots(rows: list[dict], prefix: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if r["data"] == RANDOM]  # lengths on the x axis: the real batches are in the tables
     combos = sorted(
         combo
         for combo in {(r["variant"], r["mode"]) for r in rows}
