@@ -10,17 +10,18 @@ loss: `ConditionalRandomField.forward` returns the *negative* log-likelihood ave
 ``reduction="sum"``); ``-crf(emissions, tags, mask, reduction="sum")`` equals ``torchcrf.CRF(...)(emissions, tags,
 mask)``. `ConditionalRandomField.log_likelihood` returns the per-sentence log-likelihood.
 
-The chain of a sentence is its unmasked positions, in order; masked positions are skipped. With emission scores
-``e_t(j)``, the recursions below run over positions ``t`` (the unmasked ones; a masked position carries the scores
-over unchanged):
+The chain of a sentence is its unmasked positions, in order; masked positions are skipped. Each chain is first moved
+to the front of its row (`_chain_first`), so that the recursions see right padding only, as in pytorch-crf: with
+emission scores ``e_t(j)`` at chain positions ``t = 1 .. n``,
 
 - forward algorithm (likelihood): ``alpha_1(j) = start[j] + e_1(j)``,
   ``alpha_t(j) = logsumexp_i(alpha_{t-1}(i) + transitions[i, j]) + e_t(j)``,
   ``log Z = logsumexp_j(alpha_n(j) + end[j])``;
 - Viterbi (decoding): the same with ``max`` for ``logsumexp``, remembering the best ``i`` of each ``j``; the
-  backtrace starts from the best ``alpha_n(j) + end[j]``. Ties go to the lowest tag index;
-- max-marginals add the backward max scores ``beta_n(i) = end[i]``,
-  ``beta_{t-1}(i) = max_j(transitions[i, j] + e_t(j) + beta_t(j))``.
+  backtrace starts from the best ``alpha_n(j) + end[j]``. Ties go to the lowest tag index, for the last tag and for
+  each previous one;
+- max-marginals: ``alpha_t(j) + beta_t(j) - max_j(alpha_n(j) + end[j])`` with ``max`` for ``logsumexp``, and the
+  backward max scores ``beta_n(i) = end[i]``, ``beta_{t-1}(i) = max_j(transitions[i, j] + e_t(j) + beta_t(j))``.
 
 A traced graph (`torch.export`, ONNX, `torch.compile`) cannot loop over a symbolic length: there `crf_parallel.py`
 computes the same scores by log-depth scans (see `_recursions`). All scores are computed with autocast disabled in
@@ -32,6 +33,7 @@ where that is free (see `validation.values_are_cheap_to_check`).
 """
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -68,76 +70,94 @@ def validate_mask(mask: torch.Tensor) -> None:
         raise ValueError(f"an integer mask must hold only 0 and 1, got values {torch.unique(mask).tolist()}")
 
 
-def _first_positions(mask: torch.Tensor) -> torch.Tensor:
-    """(batch, seq) bool: the first unmasked position of each sentence, where the chain takes its start score."""
-    return mask & (mask.cumsum(dim=1) == 1)
+class _Scores(NamedTuple):
+    """The scores of a CRF's moves in the compute dtype, forbidden moves already scored (see
+    `ConditionalRandomField._scores`)."""
+
+    start: torch.Tensor
+    """(L,): of starting a chain with each tag."""
+    end: torch.Tensor
+    """(L,): of ending a chain with each tag."""
+    transitions: torch.Tensor
+    """(L, L): of tag ``j`` following tag ``i`` at ``[i, j]``."""
 
 
-def _log_partition(
-    emissions: torch.Tensor, mask: torch.Tensor, start: torch.Tensor, end: torch.Tensor, transitions: torch.Tensor
-) -> torch.Tensor:
-    """Log partition function ``log Z`` (batch,) of each chain, by the forward algorithm.
+def _chain_destinations(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each position (batch, seq) goes when each sentence's chain (its unmasked positions, in order) moves to the
+    front of its row, masked positions after it in order; and the mask (batch, seq) of the chain there."""
+    chain_positions = mask.cumsum(dim=1) - 1  # (batch, seq): index of each unmasked position in its chain
+    lengths = chain_positions[:, -1:] + 1  # (batch, 1)
+    destinations = torch.where(mask, chain_positions, lengths + (~mask).cumsum(dim=1) - 1)
+    return destinations, torch.arange(mask.size(1), device=mask.device) < lengths
 
-    Args: emissions (batch, seq, L), mask (batch, seq) bool, start (L,), end (L,), transitions (L, L).
+
+def _position_index(destinations: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``destinations`` (batch, seq) expanded to the shape of ``values`` (batch, seq, ...)."""
+    return destinations.view(*destinations.shape, *[1] * (values.dim() - 2)).expand_as(values)
+
+
+def _chain_first(values: torch.Tensor, destinations: torch.Tensor) -> torch.Tensor:
+    """``values`` (batch, seq, ...) with each chain moved to the front (see `_chain_destinations`)."""
+    # Each row of destinations is a permutation, so the scatter writes every position.
+    return torch.empty_like(values).scatter(1, _position_index(destinations, values), values)
+
+
+def _chain_back(values: torch.Tensor, destinations: torch.Tensor) -> torch.Tensor:
+    """The inverse of `_chain_first`: ``values`` (batch, seq, ...) back at their positions."""
+    return values.gather(1, _position_index(destinations, values))
+
+
+def _forward_algorithm(emissions: torch.Tensor, mask: torch.Tensor, scores: _Scores) -> torch.Tensor:
+    """Log partition function ``log Z`` (batch,) of each chain.
+
+    Args: emissions (batch, seq, L) and mask (batch, seq) with the chain first (see `_chain_first`), the move scores.
     """
-    first = _first_positions(mask)  # (batch, seq)
-    alpha = start.expand(emissions.size(0), -1)  # (batch, L); replaced at the first chain position
-    for position in range(emissions.size(1)):
-        emission = emissions[:, position]  # (batch, L)
-        # logsumexp_i(alpha(i) + transitions[i, j]): (batch, L, 1) + (L, L) -> (batch, L, L) -> (batch, L)
-        next_alpha = torch.logsumexp(alpha.unsqueeze(2) + transitions, dim=1) + emission
-        next_alpha = torch.where(first[:, position, None], start + emission, next_alpha)
+    start, end, transitions = scores
+    alpha = start + emissions[:, 0]  # (batch, L)
+    for position in range(1, emissions.size(1)):
+        # logsumexp_i(alpha(i) + transitions[i, j] + e(j)): (batch, L, 1) + (L, L) + (batch, 1, L) -> (batch, L)
+        next_alpha = torch.logsumexp(alpha.unsqueeze(2) + transitions + emissions[:, position].unsqueeze(1), dim=1)
         alpha = torch.where(mask[:, position, None], next_alpha, alpha)
-    return torch.logsumexp(alpha + end, dim=1)  # (batch,)
+    return torch.logsumexp(alpha + end, dim=1)
 
 
 def _viterbi(
-    emissions: torch.Tensor,
-    mask: torch.Tensor,
-    start: torch.Tensor,
-    end: torch.Tensor,
-    transitions: torch.Tensor,
-    with_backward: bool,
+    emissions: torch.Tensor, mask: torch.Tensor, scores: _Scores, with_backward: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Viterbi: the best tag sequence of each chain, with the max scores of its forward pass.
+    """The best tag sequence of each chain, with the max scores of Viterbi's forward pass.
 
-    Args: emissions (batch, seq, L), mask (batch, seq) bool, start (L,), end (L,), transitions (L, L) (-inf where
-    forbidden).
+    Args: as `_forward_algorithm` (the chain first), forbidden moves scored -inf.
 
     Returns:
-        ``path`` (batch, seq): the best tag at chain positions; at masked positions the tag of the next chain position
-        (of the last one after the chain). ``forward`` (batch, seq, L): ``alpha_t(j)``, the best score of the chain up
-        to position ``t`` with tag ``j`` there (at masked positions, that of the chain position before). ``backward``
-        (see `_backward_max_scores`) if ``with_backward``, else `None`.
+        ``path`` (batch, seq): the best tags (after the chain, its last tag). ``forward`` (batch, seq, L):
+        ``alpha_t(j)``, the best score of the chain up to position ``t`` with tag ``j`` there (after the chain, at its
+        last position). ``backward`` (see `_backward_max_scores`) if ``with_backward``, else `None`.
     """
-    first = _first_positions(mask)  # (batch, seq)
-    alpha = start.expand(emissions.size(0), -1)  # (batch, L); replaced at the first chain position
-    forward, best_previous = [], []
-    for position in range(emissions.size(1)):
-        emission = emissions[:, position]  # (batch, L)
-        # max_i(alpha(i) + transitions[i, j]) and its argmax, the lowest i on ties: (batch, L, L) -> (batch, L)
-        next_alpha, previous = (alpha.unsqueeze(2) + transitions).max(dim=1)
-        next_alpha = torch.where(first[:, position, None], start + emission, next_alpha + emission)
+    start, end, transitions = scores
+    alpha = start + emissions[:, 0]  # (batch, L)
+    forward, best_previous = [alpha], []
+    for position in range(1, emissions.size(1)):
+        # max_i(alpha(i) + transitions[i, j] + e(j)) and its argmax, the lowest i on ties: (batch, L, L) -> (batch, L)
+        next_alpha, previous = (alpha.unsqueeze(2) + transitions + emissions[:, position].unsqueeze(1)).max(dim=1)
         alpha = torch.where(mask[:, position, None], next_alpha, alpha)
         forward.append(alpha)
         best_previous.append(previous)
-    # Backtrace from the best last tag; a tag is carried over masked positions and before the chain's first position.
+    # Backtrace from the best last tag, the lowest on ties; after the chain the tag stays its last one.
     tag = (alpha + end).argmax(dim=1)  # (batch,)
     path = [tag]
     for position in range(emissions.size(1) - 1, 0, -1):
-        moves = mask[:, position] & ~first[:, position]  # (batch,): position has a chain position before it
-        tag = torch.where(moves, best_previous[position].gather(1, tag[:, None]).squeeze(1), tag)
+        previous_tag = best_previous[position - 1].gather(1, tag.unsqueeze(1)).squeeze(1)  # (batch,)
+        tag = torch.where(mask[:, position], previous_tag, tag)
         path.append(tag)
-    path = torch.stack(path[::-1], dim=1)  # (batch, seq)
     backward = _backward_max_scores(emissions, mask, end, transitions) if with_backward else None
-    return path, torch.stack(forward, dim=1), backward
+    return torch.stack(path[::-1], dim=1), torch.stack(forward, dim=1), backward
 
 
 def _backward_max_scores(
     emissions: torch.Tensor, mask: torch.Tensor, end: torch.Tensor, transitions: torch.Tensor
 ) -> torch.Tensor:
     """``beta_t(i)`` (batch, seq, L): the best score of the rest of the chain after position ``t`` given tag ``i`` at
-    ``t``, the end score included (at masked positions, that of the chain position after)."""
+    ``t``, the end score included. Arguments as `_viterbi`."""
     beta = end.expand(emissions.size(0), -1)  # (batch, L)
     backward = [beta]
     for position in range(emissions.size(1) - 1, 0, -1):
@@ -149,46 +169,27 @@ def _backward_max_scores(
 
 
 def _recursions(emissions: torch.Tensor) -> tuple[Callable, Callable]:
-    """`_log_partition` and `_viterbi`, or in a traced graph (`torch.export`, ONNX, `torch.compile`), which cannot loop
-    over a symbolic sequence length, their log-depth versions from `crf_parallel.py`."""
+    """`_forward_algorithm` and `_viterbi`, or in a traced graph (`torch.export`, ONNX, `torch.compile`), which cannot
+    loop over a symbolic sequence length, their log-depth versions from `crf_parallel.py`."""
     if torch.compiler.is_compiling() or not isinstance(emissions.size(1), int):
         return crf_parallel.log_partition, crf_parallel.viterbi
-    return _log_partition, _viterbi
+    return _forward_algorithm, _viterbi
 
 
-def _left_compacted(values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The values (batch, seq) at unmasked positions moved to the front of each row, in order, and the mask (batch,
-    seq) of the filled front positions."""
-    chain_positions = mask.cumsum(dim=1) - 1  # (batch, seq): index of each unmasked position in its chain
-    lengths = chain_positions[:, -1:] + 1  # (batch, 1)
-    # Masked positions go after the chain, in order: each row is a permutation, so the scatter writes every position.
-    destinations = torch.where(mask, chain_positions, lengths + (~mask).cumsum(dim=1) - 1)
-    compacted = torch.empty_like(values).scatter(1, destinations, values)
-    return compacted, torch.arange(values.size(1), device=values.device) < lengths
-
-
-def _gold_score(
-    emissions: torch.Tensor,
-    tags: torch.Tensor,
-    mask: torch.Tensor,
-    start: torch.Tensor,
-    end: torch.Tensor,
-    transitions: torch.Tensor,
-) -> torch.Tensor:
-    """Score (batch,) of the given tag sequences over their chains; tags at masked positions are ignored."""
-    tags = tags.masked_fill(~mask, 0)
-    # Fails on an out-of-range tag at an unmasked position (CPU: IndexError; CUDA: device-side assert).
-    emission_scores = emissions.gather(2, tags[..., None]).squeeze(2)  # (batch, seq)
-    chain_tags, chain_mask = _left_compacted(tags, mask)  # (batch, seq)
-    # The chain tag before each chain tag; a roll rather than slices of length seq - 1, which would make
-    # `torch.export` specialise the length.
-    previous_tags = chain_tags.roll(1, dims=1)  # (batch, seq)
-    has_previous = chain_mask & (torch.arange(mask.size(1), device=mask.device) > 0)  # (batch, seq)
-    last_tags = chain_tags.gather(1, (chain_mask.sum(dim=1, keepdim=True) - 1).clamp(min=0)).squeeze(1)  # (batch,)
+def _gold_score(emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor, scores: _Scores) -> torch.Tensor:
+    """Score (batch,) of the given tag sequences; arguments as `_forward_algorithm` (the chain first), tags (batch,
+    seq) in ``[0, L)`` on the chain."""
+    start, end, transitions = scores
+    # Fails on an out-of-range tag at a chain position (CPU: IndexError; CUDA: device-side assert).
+    emission_scores = emissions.gather(2, tags.unsqueeze(2)).squeeze(2)  # (batch, seq)
+    # The tag before each: a roll rather than slices of length seq - 1, which would make `torch.export` fix the length.
+    transition_scores = transitions[tags.roll(1, dims=1), tags]  # (batch, seq)
+    has_previous = mask & (torch.arange(mask.size(1), device=mask.device) > 0)  # (batch, seq)
+    last_tags = tags.gather(1, (mask.sum(dim=1, keepdim=True) - 1).clamp(min=0)).squeeze(1)  # (batch,)
     return (
-        start[chain_tags[:, 0]]
+        start[tags[:, 0]]
         + torch.where(mask, emission_scores, 0.0).sum(dim=1)
-        + torch.where(has_previous, transitions[previous_tags, chain_tags], 0.0).sum(dim=1)
+        + torch.where(has_previous, transition_scores, 0.0).sum(dim=1)
         + end[last_tags]
     )
 
@@ -314,10 +315,10 @@ class ConditionalRandomField(nn.Module):
         """float32, or float64 when the emissions or the parameters are float64 (e.g. for gradcheck)."""
         return torch.promote_types(torch.promote_types(emissions.dtype, self.transitions.dtype), torch.float32)
 
-    def _scores(self, forbidden_score: float, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _scores(self, forbidden_score: float, dtype: torch.dtype) -> _Scores:
         """Start (L,), end (L,) and transition (L, L) scores in ``dtype``; forbidden moves score
         ``forbidden_score``."""
-        return (
+        return _Scores(
             self.start_transitions.to(dtype).masked_fill(~self.start_allowed, forbidden_score),
             self.end_transitions.to(dtype).masked_fill(~self.end_allowed, forbidden_score),
             self.transitions.to(dtype).masked_fill(~self.transition_allowed, forbidden_score),
@@ -411,10 +412,13 @@ class ConditionalRandomField(nn.Module):
         with _autocast_disabled(emissions):
             dtype = self._compute_dtype(emissions)
             emissions = emissions.to(dtype)
-            start, end, transitions = self._scores(_LIKELIHOOD_PENALTY, dtype)
-            gold = _gold_score(emissions, tags, mask, start, end, transitions)  # (batch,)
+            scores = self._scores(_LIKELIHOOD_PENALTY, dtype)
+            destinations, chain_mask = _chain_destinations(mask)  # (batch, seq)
+            emissions = _chain_first(emissions, destinations)  # (batch, seq, L)
+            tags = _chain_first(tags.masked_fill(~mask, 0), destinations)  # (batch, seq)
+            gold = _gold_score(emissions, tags, chain_mask, scores)  # (batch,)
             forward_algorithm, _ = _recursions(emissions)
-            log_partition = forward_algorithm(emissions, mask, start, end, transitions)  # (batch,)
+            log_partition = forward_algorithm(emissions, chain_mask, scores)  # (batch,)
             # An empty chain has a single, empty tag sequence: probability 1.
             return (gold - log_partition).masked_fill(~mask.any(dim=1), 0.0)
 
@@ -440,14 +444,19 @@ class ConditionalRandomField(nn.Module):
 
     def _viterbi(
         self, emissions: torch.Tensor, mask: torch.Tensor, with_backward: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Best paths (batch, seq), forward and, ``with_backward``, backward max scores (batch, seq, L) (see
-        `_viterbi`) and best path scores (batch,) of ``emissions`` in the compute dtype."""
-        start, end, transitions = self._scores(float("-inf"), emissions.dtype)
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Best paths (batch, seq) and max-marginals (batch, seq, L) (if ``with_backward``; else `None`) of
+        ``emissions`` in the compute dtype, at the positions of ``mask``; meaningless at masked positions."""
+        scores = self._scores(float("-inf"), emissions.dtype)
+        destinations, chain_mask = _chain_destinations(mask)  # (batch, seq)
+        emissions = _chain_first(emissions, destinations)  # (batch, seq, L)
         _, viterbi = _recursions(emissions)
-        path, forward, backward = viterbi(emissions, mask, start, end, transitions, with_backward)
-        best_score = (forward[:, -1] + end).amax(dim=-1)  # (batch,)
-        return path, forward, backward, best_score
+        path, forward, backward = viterbi(emissions, chain_mask, scores, with_backward)
+        if not with_backward:
+            return _chain_back(path, destinations), None
+        best_score = (forward[:, -1] + scores.end).amax(dim=-1)  # (batch,)
+        max_marginals = forward + backward - best_score[:, None, None]  # (batch, seq, L)
+        return _chain_back(path, destinations), _chain_back(max_marginals, destinations)
 
     def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Best tag sequence of each sentence over its unmasked positions (Viterbi).
@@ -461,7 +470,7 @@ class ConditionalRandomField(nn.Module):
         """
         mask, _ = self._validated(emissions, mask)
         with _autocast_disabled(emissions):
-            path, _, _, _ = self._viterbi(emissions.to(self._compute_dtype(emissions)), mask, with_backward=False)
+            path, _ = self._viterbi(emissions.to(self._compute_dtype(emissions)), mask, with_backward=False)
             return torch.where(mask, path, IGNORE_INDEX)
 
     def max_marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -483,7 +492,6 @@ class ConditionalRandomField(nn.Module):
         mask, _ = self._validated(emissions, mask)
         with _autocast_disabled(emissions):
             dtype = self._compute_dtype(emissions)
-            path, forward, backward, best_score = self._viterbi(emissions.to(dtype), mask, with_backward=True)
-            max_marginals = forward + backward - best_score[:, None, None]  # (batch, seq, num_tags)
+            path, max_marginals = self._viterbi(emissions.to(dtype), mask, with_backward=True)
             max_marginals = _favour_path(max_marginals, path).clamp(min=torch.finfo(dtype).min)
             return torch.where(mask[..., None], max_marginals, 0.0)

@@ -14,7 +14,7 @@ the length the graph was traced with. Here the loops have lengths that do not de
   pointer jumping in log2(`MAX_TRACED_LENGTH`) rounds.
 
 torch's ``scan`` higher-order op was the other candidate: it exports only in strict mode. The functions take the
-scores `crf.py` prepares and return what its loops return, so `tests/model/test_crf.py` runs every check on both.
+arguments of `crf.py`'s loops and return what they return, so `tests/model/test_crf.py` runs every check on both.
 """
 
 from collections.abc import Callable
@@ -217,7 +217,7 @@ def _chain_scores(
     steps: torch.Tensor, end: torch.Tensor, semiring: _Semiring, plan: _ScanPlan, with_backward: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Forward and, ``with_backward``, backward scores (batch, seq, L) of the step matrices (batch, seq, L, L): as the
-    loops of `crf.py` compute them (see `crf._forward_scores` and `crf._backward_max_scores`)."""
+    loops of `crf.py` compute them (see `crf._viterbi` and `crf._backward_max_scores`)."""
     batch, length, num_tags = steps.shape[:3]
     identity = _identity(num_tags, semiring.zero, steps)
     blocks = _blocks(steps, identity, plan)  # (batch, num_blocks, block_size, L, L)
@@ -277,25 +277,20 @@ def _best_paths(
     return maps.gather(2, last_tags[:, None, None].expand(batch, length, 1)).squeeze(2)
 
 
-def log_partition(
-    emissions: torch.Tensor, mask: torch.Tensor, start: torch.Tensor, end: torch.Tensor, transitions: torch.Tensor
-) -> torch.Tensor:
-    """Log partition function (batch,) of each chain: `crf._log_partition` (same arguments) by log-depth scans."""
+def log_partition(emissions: torch.Tensor, mask: torch.Tensor, scores: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Log partition function (batch,) of each chain: `crf._forward_algorithm` (same arguments) by log-depth scans."""
+    start, end, transitions = scores
     steps = _step_matrices(emissions, mask, start, transitions, _LOG.zero)  # (batch, seq, L, L)
     forward, _ = _chain_scores(steps, end, _LOG, _scan_plan(emissions.size(1)), with_backward=False)
     return torch.logsumexp(forward[:, -1] + end, dim=-1)
 
 
 def viterbi(
-    emissions: torch.Tensor,
-    mask: torch.Tensor,
-    start: torch.Tensor,
-    end: torch.Tensor,
-    transitions: torch.Tensor,
-    with_backward: bool,
+    emissions: torch.Tensor, mask: torch.Tensor, scores: tuple[torch.Tensor, ...], with_backward: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Best paths (batch, seq), forward and, ``with_backward``, backward max scores (batch, seq, L): `crf._viterbi`
     (same arguments) by log-depth scans and pointer jumping."""
+    start, end, transitions = scores
     steps = _step_matrices(emissions, mask, start, transitions, _MAX_PLUS.zero)  # (batch, seq, L, L)
     plan = _scan_plan(emissions.size(1))
     forward, backward = _chain_scores(steps, end, _MAX_PLUS, plan, with_backward)

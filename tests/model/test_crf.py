@@ -214,7 +214,7 @@ def test_zero_parameter_crf_decodes_equal_emissions_to_tag_zero(labels, recursio
     torchcrf = pytest.importorskip("torchcrf")
     reference = torchcrf.CRF(crf.num_tags, batch_first=True)
     reference.load_state_dict(crf.state_dict())
-    assert reference.decode(emissions[:1]) == decoded[:1].tolist()
+    assert reference.decode(emissions[:1], MASKS[:1]) == decoded[:1].tolist()
 
 
 def test_ties_are_broken_towards_the_viterbi_path(recursions):
