@@ -442,9 +442,9 @@ class ConditionalRandomField(nn.Module):
             raise ValueError(f"reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
         return _REDUCTIONS[reduction](-self.log_likelihood(emissions, tags, mask))
 
-    def _viterbi(
+    def _paths_and_max_marginals(
         self, emissions: torch.Tensor, mask: torch.Tensor, with_backward: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Best paths (batch, seq) and max-marginals (batch, seq, L) (if ``with_backward``; else `None`) of
         ``emissions`` in the compute dtype, at the positions of ``mask``; meaningless at masked positions."""
         scores = self._scores(float("-inf"), emissions.dtype)
@@ -470,7 +470,8 @@ class ConditionalRandomField(nn.Module):
         """
         mask, _ = self._validated(emissions, mask)
         with _autocast_disabled(emissions):
-            path, _ = self._viterbi(emissions.to(self._compute_dtype(emissions)), mask, with_backward=False)
+            emissions = emissions.to(self._compute_dtype(emissions))
+            path, _ = self._paths_and_max_marginals(emissions, mask, with_backward=False)
             return torch.where(mask, path, IGNORE_INDEX)
 
     def max_marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -492,6 +493,6 @@ class ConditionalRandomField(nn.Module):
         mask, _ = self._validated(emissions, mask)
         with _autocast_disabled(emissions):
             dtype = self._compute_dtype(emissions)
-            path, max_marginals = self._viterbi(emissions.to(dtype), mask, with_backward=True)
+            path, max_marginals = self._paths_and_max_marginals(emissions.to(dtype), mask, with_backward=True)
             max_marginals = _favour_path(max_marginals, path).clamp(min=torch.finfo(dtype).min)
             return torch.where(mask[..., None], max_marginals, 0.0)
