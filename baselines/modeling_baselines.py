@@ -24,7 +24,6 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceCl
 from modeling_slstm.cpu_matmul import SLSTMLinear
 from modeling_slstm.crf import ConditionalRandomField
 from modeling_slstm.modeling_slstm import (
-    IGNORE_INDEX,
     SLSTMEmbeddings,
     SLSTMPooler,
     are_placeholders,
@@ -37,6 +36,7 @@ from modeling_slstm.modeling_slstm import (
     real_token_mask,
 )
 from modeling_slstm.tag_schemes import BIOESLabelMap, allowed_transitions
+from modeling_slstm.validation import IGNORE_INDEX
 
 from .configuration_baselines import BaselineEncoderConfig
 

@@ -25,8 +25,9 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceCl
 
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_dim
 from .cpu_matmul import SLSTMConv1d, SLSTMLinear
-from .crf import IGNORE_INDEX, ConditionalRandomField, values_are_cheap_to_check
+from .crf import ConditionalRandomField
 from .tag_schemes import BIOESLabelMap, allowed_transitions
+from .validation import IGNORE_INDEX, values_are_cheap_to_check
 
 
 def check_values_in_range(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import datasets
 
-from modeling_slstm.crf import IGNORE_INDEX
+from modeling_slstm.validation import IGNORE_INDEX
 
 logger = logging.getLogger(__name__)
 

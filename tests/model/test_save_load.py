@@ -32,7 +32,10 @@ from transformers import (
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 
-CODE_FILES = {"configuration_slstm.py", "modeling_slstm.py", "cpu_matmul.py", "crf.py", "tag_schemes.py"}
+CODE_FILES = {
+    "configuration_slstm.py", "modeling_slstm.py", "cpu_matmul.py", "crf.py", "crf_parallel.py", "tag_schemes.py",
+    "validation.py",
+}  # fmt: skip
 AUTO_MAP = {
     "AutoConfig": "configuration_slstm.SLSTMConfig",
     "AutoModel": "modeling_slstm.SLSTMModel",
