@@ -320,8 +320,9 @@ class SLSTMEmbeddings(nn.Module):
                 )
         vocab_size = self.subword_features.encoder.get_input_embeddings().num_embeddings
         check_values_in_range(subword_ids, vocab_size, "subword_ids", "the feature encoder's vocab_size")
-        attended = subword_to_word[subword_attention_mask.bool()]
-        check_values_in_range(attended, seq, "subword_to_word (where subword_attention_mask is 1)", "seq")
+        if values_are_cheap_to_check(subword_to_word):  # selecting the attended entries waits for a GPU
+            attended = subword_to_word[subword_attention_mask.bool()]
+            check_values_in_range(attended, seq, "subword_to_word (where subword_attention_mask is 1)", "seq")
 
     def char_features(self, char_ids: torch.LongTensor | None, word_embeds: torch.Tensor) -> torch.Tensor:
         """Checked `char_ids` `(batch, seq, max_word_length)` -> features `(batch, seq, char_hidden_size)` in the
@@ -980,10 +981,12 @@ def crf_inference_chain(
     (`config.pad_token_id`/`bos_token_id`/`eos_token_id`); the whole `attention_mask` without `input_ids`."""
     if input_ids is None:
         return attention_mask
-    special = [config.pad_token_id, config.bos_token_id, config.eos_token_id]
-    special = torch.tensor([t for t in special if t is not None], device=input_ids.device)
-    # A comparison with each id rather than `torch.isin`, which has no ONNX translation.
-    is_special = (input_ids.unsqueeze(-1) == special).any(dim=-1)  # (batch, seq)
+    # One comparison per id: no tensor of ids to copy to a GPU (a copy that waits for it), and no `torch.isin`,
+    # which has no ONNX translation.
+    is_special = torch.zeros_like(attention_mask)  # (batch, seq)
+    for token_id in (config.pad_token_id, config.bos_token_id, config.eos_token_id):
+        if token_id is not None:
+            is_special = is_special | (input_ids == token_id)
     return attention_mask & ~is_special
 
 
