@@ -14,6 +14,7 @@ Only the elementwise parts of a step are here; every matmul stays in PyTorch (cu
 - `sentence_update_backward_kernel`: the gradients of the forget terms, of the keep and output gates, of the word
   cells and of the sentence cells, from the softmax's saved log-normaliser.
 
+Loops over positions are `while` loops: Triton 3.6's interpreter cannot take a runtime bound in `range` under NumPy 2.4.
 Every kernel reads its inputs in their own dtype (bfloat16, float16 or float32) and computes in float32. Tensors are
 contiguous: word terms `(batch, seq, blocks, hidden)`, sentence terms `(batch, blocks, hidden)`, cells
 `(batch, seq, hidden)`, sentence cells `(batch, nodes, hidden)`, mask `(batch, seq)` (nonzero at real positions).
@@ -181,7 +182,8 @@ def word_update_backward_kernel(
     output_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
     content_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
     value_sums = tl.zeros([GATES, BLOCK_H], dtype=tl.float32)  # Σ_i ∂L/∂value of every gate (c_{g,k} for s_k)
-    for start in range(0, seq, BLOCK_S):
+    start = 0
+    while start < seq:
         positions = start + tl.arange(0, BLOCK_S)
         scores, gates, values, cell, output_gate, content = _word_node(
             window_pre, input_terms, sentence_term, cells, sentence_cells, b, positions, hidden_idx, seq, hidden,
@@ -223,6 +225,7 @@ def word_update_backward_kernel(
             )  # fmt: skip
         cell_offsets = (b * seq + positions[:, None]) * hidden + column
         tl.store(d_prev_cells + cell_offsets, d_prev.to(d_prev_cells.dtype.element_ty), mask=in_seq)
+        start += BLOCK_S
 
     if NODES > 0:
         slot = tl.arange(0, GATES)[:, None]
@@ -300,7 +303,8 @@ def sentence_update_forward_kernel(
     largest = keep_score
     normalizer = tl.full([NODES_P, BLOCK_H], 1.0, dtype=tl.float32)
     weighted = tl.load(sentence_cells + node_offsets, mask=valid, other=0.0).to(tl.float32)
-    for start in range(0, seq, BLOCK_S):
+    start = 0
+    while start < seq:
         positions = start + tl.arange(0, BLOCK_S)
         _, scores = _position_scores(
             word_forget, forget_terms, mask, b, positions, node, column, seq, hidden, NODES, SIGMOID_SCORES
@@ -312,6 +316,7 @@ def sentence_update_forward_kernel(
         normalizer = normalizer * rescale + tl.sum(exps, axis=0)
         weighted = weighted * rescale + tl.sum(exps * word_cells[:, None, :], axis=0)
         largest = new_largest
+        start += BLOCK_S
     cell = weighted / normalizer
     state = output_gate * _tanh(cell)
     tl.store(new_cells + node_offsets, cell.to(new_cells.dtype.element_ty), mask=valid)
@@ -347,7 +352,8 @@ def sentence_update_backward_kernel(
     d_cell += d_state * output_gate * (1.0 - squashed * squashed)
 
     forget_sums = tl.zeros([NODES_P, BLOCK_H], dtype=tl.float32)
-    for start in range(0, seq, BLOCK_S):
+    start = 0
+    while start < seq:
         positions = start + tl.arange(0, BLOCK_S)
         scores, masked_scores = _position_scores(
             word_forget, forget_terms, mask, b, positions, node, column, seq, hidden, NODES, SIGMOID_SCORES
@@ -366,6 +372,7 @@ def sentence_update_backward_kernel(
         in_row = (positions[:, None] < seq) & (column < hidden)
         cell_offsets = (b * seq + positions[:, None]) * hidden + column
         tl.store(d_prev_cells + cell_offsets, d_prev.to(d_prev_cells.dtype.element_ty), mask=in_row)
+        start += BLOCK_S
 
     keep_weight = tl.exp(keep_score - log_normalizer)  # f_{g,k}
     previous_cell = tl.load(sentence_cells + node_offsets, mask=valid, other=0.0).to(tl.float32)
