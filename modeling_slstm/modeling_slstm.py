@@ -27,7 +27,7 @@ from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_d
 from .cpu_matmul import SLSTMConv1d, SLSTMLinear
 from .crf import IGNORE_INDEX, ConditionalRandomField, values_are_cheap_to_check
 from .tag_schemes import BIOESLabelMap, allowed_transitions
-from .triton_step import fused_sentence_update, fused_word_update, uses_fused_step
+from .triton_step import FusedSentenceUpdate, FusedWordUpdate, uses_fused_step
 
 
 def check_values_in_range(
@@ -516,21 +516,12 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         states = states.to(h.dtype) * mask
         return states, cells
 
-    def fused_update_words(
-        self,
-        h: torch.Tensor,
-        c: torch.Tensor,
-        g: torch.Tensor,
-        c_g: torch.Tensor,
-        input_gate_terms: torch.Tensor,
-        input_content: torch.Tensor | None,
-        mask: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`update_words` with everything after the matmuls (the sum of the terms, gates, cell, state, mask) in one
+    def fused_update_words(self, h, c, g, c_g, input_gate_terms, input_content, mask) -> tuple[torch.Tensor, ...]:
+        """`update_words` (same arguments) with everything after the matmuls (the sum of the terms, gates, cell, state, mask) in one
         Triton kernel forward and one backward (`FusedWordUpdate` of `triton_step.py`). `input_content` is `None`:
         the kernels cover the recurrent content only."""
         window_term, sentence_term = self.word_terms(h, g)
-        return fused_word_update(
+        return FusedWordUpdate.apply(
             window_term, input_gate_terms, sentence_term, c, c_g, mask, self.window_size, self.softmax_of_sigmoid
         )
 
@@ -575,19 +566,13 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
             states = torch.sigmoid(output_pre.squeeze(1)) * states  # o ⊙ tanh(c_g)
         return states.to(h.dtype), cells.to(h.dtype)
 
-    def fused_update_sentence(
-        self,
-        h: torch.Tensor,
-        c: torch.Tensor,
-        g: torch.Tensor,
-        c_g: torch.Tensor,
-        mask: torch.Tensor,
-        lengths: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`update_sentence` with everything after the matmuls (the forget scores, their softmax over positions,
+    def fused_update_sentence(self, h, c, g, c_g, mask, lengths) -> tuple[torch.Tensor, torch.Tensor]:
+        """`update_sentence` (same arguments) with everything after the matmuls (the forget scores, their softmax over positions,
         the node update) in one Triton kernel forward and one backward (`FusedSentenceUpdate` of `triton_step.py`)."""
         gate_terms, sentence_forget, word_forget = self.sentence_terms(h, g, lengths)
-        return fused_sentence_update(word_forget, sentence_forget, gate_terms, c, c_g, mask, self.softmax_of_sigmoid)
+        return FusedSentenceUpdate.apply(
+            word_forget, sentence_forget, gate_terms, c, c_g, mask, self.softmax_of_sigmoid
+        )
 
 
 class SLSTMInitialStates(nn.Module):

@@ -271,15 +271,27 @@ def _word_cells(cells, b, positions, hidden_idx, seq, hidden):
 
 
 @triton.jit
-def _sentence_gates(sentence_pre, b, node, column, hidden, NODES: tl.constexpr, SIGMOID_SCORES: tl.constexpr):
-    """The keep gate's score `(NODES_P, BLOCK_H)` and the output gate `o_k` of Eq. 3 from `W g + U h̄ + b`."""
+def _node_tile(b, hidden_idx, hidden, NODES: tl.constexpr, NODES_P: tl.constexpr):
+    """The `(NODES_P, BLOCK_H)` tile of sentence nodes and hidden units: `(node, column, valid, offsets)`, the
+    offsets into `(batch, nodes, hidden)` tensors."""
+    node = tl.arange(0, NODES_P)[:, None]
+    column = hidden_idx[None, :]
     valid = (node < NODES) & (column < hidden)
+    return node, column, valid, (b * NODES + node) * hidden + column
+
+
+@triton.jit
+def _sentence_gates(sentence_forget, sentence_pre, b, node, column, valid, hidden, NODES: tl.constexpr,
+                    SIGMOID_SCORES: tl.constexpr):  # fmt: skip
+    """From `W_f γ + b_f` and `W g + U h̄ + b` of Eq. 3, on a `_node_tile`, float32: `W_f γ + b_f`, the keep gate's
+    score and the output gate `o_k`."""
+    forget_terms = tl.load(sentence_forget + (b * NODES + node) * hidden + column, mask=valid, other=0.0)
     offsets = b * (2 * NODES * hidden) + node * hidden + column
     keep = tl.load(sentence_pre + offsets, mask=valid, other=0.0).to(tl.float32)
     if SIGMOID_SCORES:
         keep = tl.sigmoid(keep)
     output_pre = tl.load(sentence_pre + offsets + NODES * hidden, mask=valid, other=0.0).to(tl.float32)
-    return keep, tl.sigmoid(output_pre)
+    return forget_terms.to(tl.float32), keep, tl.sigmoid(output_pre)
 
 
 @triton.jit
@@ -293,12 +305,10 @@ def sentence_update_forward_kernel(
     the backward) the cells and the log of the softmax's normaliser."""
     b = tl.program_id(0).to(tl.int64)
     hidden_idx = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    node = tl.arange(0, NODES_P)[:, None]
-    column = hidden_idx[None, :]
-    valid = (node < NODES) & (column < hidden)
-    node_offsets = (b * NODES + node) * hidden + column
-    forget_terms = tl.load(sentence_forget + node_offsets, mask=valid, other=0.0).to(tl.float32)
-    keep_score, output_gate = _sentence_gates(sentence_pre, b, node, column, hidden, NODES, SIGMOID_SCORES)
+    node, column, valid, node_offsets = _node_tile(b, hidden_idx, hidden, NODES, NODES_P)
+    forget_terms, keep_score, output_gate = _sentence_gates(
+        sentence_forget, sentence_pre, b, node, column, valid, hidden, NODES, SIGMOID_SCORES
+    )
     # Softmax over (positions, own cell) in one pass: running maximum, normaliser and weighted sum of cells.
     largest = keep_score
     normalizer = tl.full([NODES_P, BLOCK_H], 1.0, dtype=tl.float32)
@@ -338,12 +348,10 @@ def sentence_update_backward_kernel(
     `d_sentence_cells` (of `c_g^{t-1}`)."""
     b = tl.program_id(0).to(tl.int64)
     hidden_idx = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
-    node = tl.arange(0, NODES_P)[:, None]
-    column = hidden_idx[None, :]
-    valid = (node < NODES) & (column < hidden)
-    node_offsets = (b * NODES + node) * hidden + column
-    forget_terms = tl.load(sentence_forget + node_offsets, mask=valid, other=0.0).to(tl.float32)
-    keep_score, output_gate = _sentence_gates(sentence_pre, b, node, column, hidden, NODES, SIGMOID_SCORES)
+    node, column, valid, node_offsets = _node_tile(b, hidden_idx, hidden, NODES, NODES_P)
+    forget_terms, keep_score, output_gate = _sentence_gates(
+        sentence_forget, sentence_pre, b, node, column, valid, hidden, NODES, SIGMOID_SCORES
+    )
     cell = tl.load(saved_cells + node_offsets, mask=valid, other=0.0)
     log_normalizer = tl.load(log_normalizers + node_offsets, mask=valid, other=0.0)
     d_state = tl.load(d_states + node_offsets, mask=valid, other=0.0).to(tl.float32)
@@ -432,17 +440,10 @@ def word_update_forward(
 
 
 def word_update_backward(
-    d_states: torch.Tensor,
-    d_cells: torch.Tensor,
-    window_pre: torch.Tensor,
-    input_terms: torch.Tensor,
-    sentence_term: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    window_size: int,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    d_states: torch.Tensor, d_cells: torch.Tensor, window_pre: torch.Tensor, input_terms: torch.Tensor,
+    sentence_term: torch.Tensor, cells: torch.Tensor, sentence_cells: torch.Tensor, mask: torch.Tensor,
+    window_size: int, sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Launches `word_update_backward_kernel` -> gradients of `(word terms, sentence_term, cells, sentence_cells)`,
     each shaped and typed like its input (the word terms like `window_pre`)."""
     batch, seq, hidden = cells.shape
@@ -489,18 +490,10 @@ def sentence_update_forward(
 
 
 def sentence_update_backward(
-    d_states: torch.Tensor,
-    d_cells: torch.Tensor,
-    word_forget: torch.Tensor,
-    sentence_forget: torch.Tensor,
-    sentence_pre: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    saved_cells: torch.Tensor,
-    log_normalizers: torch.Tensor,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    d_states: torch.Tensor, d_cells: torch.Tensor, word_forget: torch.Tensor, sentence_forget: torch.Tensor,
+    sentence_pre: torch.Tensor, cells: torch.Tensor, sentence_cells: torch.Tensor, mask: torch.Tensor,
+    saved_cells: torch.Tensor, log_normalizers: torch.Tensor, sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """Launches `sentence_update_backward_kernel` -> gradients of `(word_forget, sentence_forget, sentence_pre,
     cells, sentence_cells)`, each shaped and typed like its input."""
     batch, seq, hidden = cells.shape

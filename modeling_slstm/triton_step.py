@@ -92,111 +92,54 @@ def uses_fused_step(config, states: torch.Tensor) -> bool:
     return True
 
 
-@torch.library.custom_op(f"{OPERATOR_NAMESPACE}::word_update", mutates_args=())
-def word_update_operator(
-    window_pre: torch.Tensor,
-    input_terms: torch.Tensor,
-    sentence_term: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    window_size: int,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return word_update_forward(
-        window_pre, input_terms, sentence_term, cells, sentence_cells, mask, window_size, sigmoid_scores
-    )
-
-
-@word_update_operator.register_fake
-def word_update_shapes(window_pre, input_terms, sentence_term, cells, sentence_cells, mask, window_size, sigmoid):
+def word_update_shapes(window_pre, input_terms, sentence_term, cells, *options):
     return torch.empty_like(cells), torch.empty_like(cells)
 
 
-@torch.library.custom_op(f"{OPERATOR_NAMESPACE}::word_update_backward", mutates_args=())
-def word_update_backward_operator(
-    d_states: torch.Tensor,
-    d_cells: torch.Tensor,
-    window_pre: torch.Tensor,
-    input_terms: torch.Tensor,
-    sentence_term: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    window_size: int,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return word_update_backward(
-        d_states, d_cells, window_pre, input_terms, sentence_term, cells, sentence_cells, mask, window_size,
-        sigmoid_scores,
-    )  # fmt: skip
+def word_update_backward_shapes(
+    d_states, d_cells, window_pre, input_terms, sentence_term, cells, sentence_cells, *options
+):
+    return tuple(map(torch.empty_like, (window_pre, sentence_term, cells, sentence_cells)))
 
 
-@word_update_backward_operator.register_fake
-def word_update_backward_shapes(d_states, d_cells, window_pre, input_terms, sentence_term, cells, *unused):
-    sentence_cells = unused[0]
-    return (
-        torch.empty_like(window_pre), torch.empty_like(sentence_term), torch.empty_like(cells),
-        torch.empty_like(sentence_cells),
-    )  # fmt: skip
-
-
-@torch.library.custom_op(f"{OPERATOR_NAMESPACE}::sentence_update", mutates_args=())
-def sentence_update_operator(
-    word_forget: torch.Tensor,
-    sentence_forget: torch.Tensor,
-    sentence_pre: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return sentence_update_forward(
-        word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, sigmoid_scores
-    )
-
-
-@sentence_update_operator.register_fake
-def sentence_update_shapes(word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, sigmoid):
+def sentence_update_shapes(word_forget, sentence_forget, sentence_pre, cells, sentence_cells, *options):
     new_states = cells.new_empty(sentence_cells.shape)
     saved = torch.empty_like(new_states, dtype=torch.float32)
     return new_states, torch.empty_like(new_states), saved, torch.empty_like(saved)
 
 
-@torch.library.custom_op(f"{OPERATOR_NAMESPACE}::sentence_update_backward", mutates_args=())
-def sentence_update_backward_operator(
-    d_states: torch.Tensor,
-    d_cells: torch.Tensor,
-    word_forget: torch.Tensor,
-    sentence_forget: torch.Tensor,
-    sentence_pre: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    saved_cells: torch.Tensor,
-    log_normalizers: torch.Tensor,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return sentence_update_backward(
-        d_states, d_cells, word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, saved_cells,
-        log_normalizers, sigmoid_scores,
-    )  # fmt: skip
-
-
-@sentence_update_backward_operator.register_fake
 def sentence_update_backward_shapes(d_states, d_cells, word_forget, sentence_forget, sentence_pre, cells, *rest):
-    sentence_cells = rest[0]
-    return tuple(map(torch.empty_like, (word_forget, sentence_forget, sentence_pre, cells, sentence_cells)))
+    return tuple(map(torch.empty_like, (word_forget, sentence_forget, sentence_pre, cells, rest[0])))
+
+
+def operator(name: str, launcher, shapes):
+    """`launcher` as the custom operator `name` of this module's namespace, with `shapes` as its fake (the output
+    shapes and dtypes that `torch.compile` traces with)."""
+    defined = torch.library.custom_op(f"{OPERATOR_NAMESPACE}::{name}", launcher, mutates_args=())
+    defined.register_fake(shapes)
+    return defined
+
+
+if TRITON_IMPORT_ERROR is None:
+    word_update_operator = operator("word_update", word_update_forward, word_update_shapes)
+    word_update_backward_operator = operator("word_update_backward", word_update_backward, word_update_backward_shapes)
+    sentence_update_operator = operator("sentence_update", sentence_update_forward, sentence_update_shapes)
+    sentence_update_backward_operator = operator(
+        "sentence_update_backward", sentence_update_backward, sentence_update_backward_shapes
+    )
 
 
 class FusedWordUpdate(torch.autograd.Function):
     """Eq. 2's elementwise part: `(W ξ_i, U x_i + b, V γ, c^{t-1}, c_g^{t-1}, mask)` -> `(h^t, c^t)`, as
     `SLSTMStateTransition.update_words` computes it from the same terms. Shapes: word terms
-    `(batch, seq, blocks * hidden)`, `V γ` `(batch, blocks * hidden)` (an empty tensor without sentence nodes),
-    cells `(batch, seq, hidden)`, sentence cells `(batch, nodes, hidden)`, mask `(batch, seq, 1)`."""
+    `(batch, seq, blocks * hidden)`, `V γ` `(batch, blocks * hidden)` (`None` without sentence nodes), cells
+    `(batch, seq, hidden)`, sentence cells `(batch, nodes, hidden)`, mask `(batch, seq, 1)`; then `window_size` and
+    `sigmoid_scores` (`gate_normalization == "sigmoid_softmax"`)."""
 
     @staticmethod
     def forward(ctx, window_pre, input_terms, sentence_term, cells, sentence_cells, mask, window_size, sigmoid_scores):
+        if sentence_term is None:  # no sentence nodes: the kernels never read it
+            sentence_term = window_pre.new_empty(0)
         inputs = [t.contiguous() for t in (window_pre, input_terms, sentence_term, cells, sentence_cells, mask)]
         ctx.save_for_backward(*inputs)
         ctx.window_size, ctx.sigmoid_scores = window_size, sigmoid_scores
@@ -208,6 +151,7 @@ class FusedWordUpdate(torch.autograd.Function):
             d_states.contiguous(), d_cells.contiguous(), *ctx.saved_tensors, ctx.window_size, ctx.sigmoid_scores
         )
         # `W ξ_i` and `U x_i + b` enter as a sum: both receive the pre-activations' gradient.
+        d_sentence_term = d_sentence_term if ctx.needs_input_grad[2] else None
         return d_pre, d_pre, d_sentence_term, d_prev_cells, d_sentence_cells, None, None, None
 
 
@@ -215,7 +159,7 @@ class FusedSentenceUpdate(torch.autograd.Function):
     """Eq. 3's elementwise part: `(U_f h_j, W_f γ + b_f, W g + U h̄ + b, c^{t-1}, c_g^{t-1}, mask)` -> `(g^t, c_g^t)`,
     as `SLSTMStateTransition.update_sentence` computes it from the same terms. Shapes: `U_f h_j`
     `(batch, seq, nodes * hidden)`, `W_f γ + b_f` `(batch, nodes * hidden)`, the keep and output gates' terms
-    `(batch, 2 * nodes * hidden)`, cells and mask as for [`FusedWordUpdate`]."""
+    `(batch, 2 * nodes * hidden)`, cells and mask as for [`FusedWordUpdate`]; then `sigmoid_scores`."""
 
     @staticmethod
     def forward(ctx, word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, sigmoid_scores):
@@ -231,36 +175,3 @@ class FusedSentenceUpdate(torch.autograd.Function):
             d_states.contiguous(), d_cells.contiguous(), *ctx.saved_tensors, ctx.sigmoid_scores
         )
         return *gradients, None, None
-
-
-def fused_word_update(
-    window_pre: torch.Tensor,
-    input_terms: torch.Tensor,
-    sentence_term: torch.Tensor | None,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    window_size: int,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """[`FusedWordUpdate`], with `sentence_term=None` for a model without sentence nodes."""
-    if sentence_term is None:
-        sentence_term = window_pre.new_empty(0)
-    return FusedWordUpdate.apply(
-        window_pre, input_terms, sentence_term, cells, sentence_cells, mask, window_size, sigmoid_scores
-    )
-
-
-def fused_sentence_update(
-    word_forget: torch.Tensor,
-    sentence_forget: torch.Tensor,
-    sentence_pre: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """[`FusedSentenceUpdate`]."""
-    return FusedSentenceUpdate.apply(
-        word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, sigmoid_scores
-    )

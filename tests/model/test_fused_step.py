@@ -181,11 +181,13 @@ def test_torch_compile_keeps_the_fused_step_in_one_graph(device):
 
 
 def fused_launches(monkeypatch) -> list[str]:
-    """Records every launch of a fused kernel pair's forward (the names of the launchers called)."""
+    """Records every call of a fused kernel pair's forward operator, by name."""
     launches = []
-    for name in ("word_update_forward", "sentence_update_forward"):
-        launcher = getattr(triton_step, name)
-        monkeypatch.setattr(triton_step, name, lambda *args, _f=launcher, _n=name: launches.append(_n) or _f(*args))
+    for name in ("word_update_operator", "sentence_update_operator"):
+        operator = getattr(triton_step, name)
+        monkeypatch.setattr(
+            triton_step, name, lambda *args, _op=operator, _name=name: launches.append(_name) or _op(*args)
+        )
     return launches
 
 
@@ -200,7 +202,7 @@ def test_step_implementation_chooses_the_step(implementation, fused, device, mon
     embeds, mask = padded_batch(model.config, device, torch.float32)
     model(inputs_embeds=embeds, attention_mask=mask)
     expected = fused if fused is not None else device.type == "cuda"
-    assert launches == (["word_update_forward", "sentence_update_forward"] * 3 if expected else [])
+    assert launches == (["word_update_operator", "sentence_update_operator"] * 3 if expected else [])
 
 
 def test_step_implementation_is_validated():
@@ -269,3 +271,47 @@ def test_cpu_cases_in_the_interpreter():
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "cpu"]
     run = subprocess.run(command, check=False, cwd=REPO, env=environment, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-5000:]
+
+
+COMPILE_FOR_A_GPU = """
+import inspect
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from modeling_slstm import triton_kernels
+
+def compile_for_hopper(kernel, float32_pointers, **constants):
+    names = inspect.signature(kernel.fn).parameters
+    signature = {
+        name: "constexpr" if name in constants else "i32" if name in ("seq", "hidden")
+        else "*fp32" if name in float32_pointers else "*bf16"
+        for name in names
+    }
+    compiled = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
+    assert "cubin" in compiled.asm, kernel
+
+def word(window, nodes, sigmoid):
+    gates = triton.next_power_of_2(2 * window + nodes + 2)
+    return dict(WINDOW=window, NODES=nodes, GATES=gates, SIGMOID_SCORES=sigmoid, BLOCK_S=16, BLOCK_H=32)
+
+def sentence(nodes, sigmoid):
+    return dict(NODES=nodes, NODES_P=triton.next_power_of_2(nodes), SIGMOID_SCORES=sigmoid, BLOCK_S=64, BLOCK_H=32)
+
+saved = ("mask", "saved_cells", "log_normalizers")
+compile_for_hopper(triton_kernels.word_update_forward_kernel, ("mask",), **word(1, 1, True))
+compile_for_hopper(triton_kernels.word_update_backward_kernel, ("mask",), **word(2, 2, True))
+compile_for_hopper(triton_kernels.word_update_backward_kernel, ("mask",), **word(1, 0, False))
+compile_for_hopper(triton_kernels.sentence_update_forward_kernel, saved, **sentence(1, True))
+compile_for_hopper(triton_kernels.sentence_update_backward_kernel, saved, **sentence(2, False))
+"""
+
+
+@needs_triton
+def test_kernels_compile_for_a_gpu():
+    """The interpreter does not type-check kernels as the compiler does: compile each one (bf16 tensors, float32
+    mask and saved statistics) to an sm_90 binary with Triton's own compiler and ptxas, which need no GPU."""
+    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    environment["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    command = [sys.executable, "-c", COMPILE_FOR_A_GPU]
+    run = subprocess.run(command, check=False, cwd=REPO, env=environment, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-5000:]
