@@ -11,6 +11,9 @@ character features of [`SLSTMCharCNN`] and a pretrained encoder's word features,
 then the task models, each with its own `forward`:
 [`SLSTMForSequenceClassification`] (with [`SLSTMPooler`]) and [`SLSTMForTokenClassification`] (softmax or the
 linear-chain CRF of `crf.py`).
+
+On a CUDA GPU the step's elementwise parts run as fused Triton kernels (`triton_step.py`, `triton_kernels.py`) beside
+the readable step here, which is their reference and the fallback (`config.step_implementation`).
 """
 
 import re
