@@ -914,6 +914,18 @@ def next_labelled_positions(labels: torch.LongTensor) -> torch.LongTensor:
     return after.flip(1).cummin(dim=1).values.flip(1)
 
 
+ID_TABLES: dict[tuple[tuple[int, ...], torch.device], torch.LongTensor] = {}
+
+
+def id_table(ids: tuple[int, ...], device: torch.device) -> torch.LongTensor:
+    """`ids` as a tensor on `device`, made once per device (`ID_TABLES`): made at every call, its copy to a GPU would
+    wait for the GPU's queued work."""
+    key = (ids, device)
+    if key not in ID_TABLES:
+        ID_TABLES[key] = torch.tensor(ids, device=device)
+    return ID_TABLES[key]
+
+
 def bioes_gold_tags(labels: torch.LongTensor, label_map: BIOESLabelMap) -> torch.LongTensor:
     """IOB2 label ids `(batch, seq)` (-100 where unlabelled) -> the ids of their BIOES form in `label_map.tags`.
 
@@ -922,7 +934,7 @@ def bioes_gold_tags(labels: torch.LongTensor, label_map: BIOESLabelMap) -> torch
     """
     seq = labels.size(1)
     inside, kept, closed = (
-        torch.tensor(ids, device=labels.device) for ids in (label_map.inside, label_map.kept, label_map.closed)
+        id_table(tuple(ids), labels.device) for ids in (label_map.inside, label_map.kept, label_map.closed)
     )  # (num_labels,) each
     known = labels.clamp(min=0)  # (batch, seq): -100 read as label 0, put back at the end
     following = next_labelled_positions(labels)  # (batch, seq)
@@ -935,7 +947,7 @@ def iob2_label_scores(tag_scores: torch.Tensor, label_map: BIOESLabelMap, combin
     """Scores `(batch, seq, len(tags))` of the BIOES tags -> `(batch, seq, num_labels)` of the IOB2 labels: each
     label's two BIOES tags (`B-X`, `S-X` for `B-X`; `I-X`, `E-X` for `I-X`) joined by `combine` (`torch.maximum` for
     max-marginals, `torch.logaddexp` for log-probabilities); `O` has one tag and keeps its score."""
-    kept, closed = (torch.tensor(ids, device=tag_scores.device) for ids in label_map.sources)
+    kept, closed = (id_table(tuple(ids), tag_scores.device) for ids in label_map.sources)
     kept_scores, closed_scores = tag_scores[..., kept], tag_scores[..., closed]  # (batch, seq, num_labels)
     return torch.where(kept == closed, kept_scores, combine(kept_scores, closed_scores))
 
