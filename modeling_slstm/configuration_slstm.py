@@ -10,6 +10,7 @@ CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
 INITIAL_STATES = ("learned", "input")
 HEAD_TAG_SCHEMES = (None, "BIOES")
 FEATURE_POOLINGS = ("mean", "first")
+STEP_IMPLEMENTATIONS = ("auto", "eager", "triton")
 FEATURE_ENCODER_SUB_CONFIG = {
     # Any `AutoConfig` (its `model_type` decides the class); absent unless given, as for a model without features.
     "feature_encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=True)
@@ -197,6 +198,12 @@ class SLSTMConfig(PreTrainedConfig):
             where an entity ends) while `id2label` holds IOB2 labels, which is what the model presents: its `logits`
             score the IOB2 labels, so `pipeline("token-classification")` groups entities correctly. `None`: the head
             scores `id2label`'s labels directly.
+        step_implementation (`str`, *optional*, defaults to `"auto"`):
+            Which code runs the recurrent step (the same equations either way): `"eager"` the readable PyTorch step;
+            `"triton"` the fused Triton kernels of `triton_step.py` (an error where they cannot run: without Triton,
+            without a CUDA GPU unless `TRITON_INTERPRET=1`, with `context_independent_content` or
+            `remove_output_gate`, or in float64); `"auto"` the kernels when the tensors are on a CUDA GPU and they can
+            run there, the readable step otherwise. Can be changed on a built model (`model.config`).
         initializer_range (`float`, *optional*, defaults to 0.1):
             Standard deviation of the normal initialisation of the word embeddings.
         pad_token_id (`int`, *optional*, defaults to 0), bos_token_id (`int`, *optional*, defaults to 2),
@@ -244,6 +251,7 @@ class SLSTMConfig(PreTrainedConfig):
         use_crf: bool = False,
         crf_constraints: bool = True,
         head_tag_scheme: str | None = None,
+        step_implementation: str = "auto",
         initializer_range: float = 0.1,
         pad_token_id: int = 0,
         bos_token_id: int = 2,
@@ -276,6 +284,7 @@ class SLSTMConfig(PreTrainedConfig):
         self.use_crf = use_crf
         self.crf_constraints = crf_constraints
         self.head_tag_scheme = head_tag_scheme
+        self.step_implementation = step_implementation
         self.initializer_range = initializer_range
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
@@ -307,6 +316,10 @@ class SLSTMConfig(PreTrainedConfig):
             )
         if self.initial_state not in INITIAL_STATES:
             raise ValueError(f"SLSTMConfig.initial_state must be one of {INITIAL_STATES}, got {self.initial_state!r}")
+        if self.step_implementation not in STEP_IMPLEMENTATIONS:
+            raise ValueError(
+                f"SLSTMConfig.step_implementation must be one of {STEP_IMPLEMENTATIONS}, got {self.step_implementation!r}"
+            )
         if self.classifier_pooling not in CLASSIFIER_POOLINGS:
             raise ValueError(
                 f"SLSTMConfig.classifier_pooling must be one of {CLASSIFIER_POOLINGS}, got {self.classifier_pooling!r}"
@@ -316,6 +329,7 @@ class SLSTMConfig(PreTrainedConfig):
 __all__ = [
     "CHAR_PAD_ID",
     "FEATURE_ENCODER_SUB_CONFIG",
+    "STEP_IMPLEMENTATIONS",
     "SLSTMConfig",
     "validate_char_settings",
     "validate_dropouts",

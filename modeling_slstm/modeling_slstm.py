@@ -11,6 +11,9 @@ character features of [`SLSTMCharCNN`] and a pretrained encoder's word features,
 then the task models, each with its own `forward`:
 [`SLSTMForSequenceClassification`] (with [`SLSTMPooler`]) and [`SLSTMForTokenClassification`] (softmax or the
 linear-chain CRF of `crf.py`).
+
+On a CUDA GPU the step's elementwise parts run as fused Triton kernels (`triton_step.py`, `triton_kernels.py`) beside
+the readable step here, which is their reference and the fallback (`config.step_implementation`).
 """
 
 import re
@@ -27,6 +30,7 @@ from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_d
 from .cpu_matmul import SLSTMConv1d, SLSTMLinear
 from .crf import ConditionalRandomField
 from .tag_schemes import BIOESLabelMap, allowed_transitions
+from .triton_step import FusedSentenceUpdate, FusedWordUpdate, uses_fused_step
 from .validation import IGNORE_INDEX, values_are_cheap_to_check
 
 
@@ -320,8 +324,9 @@ class SLSTMEmbeddings(nn.Module):
                 )
         vocab_size = self.subword_features.encoder.get_input_embeddings().num_embeddings
         check_values_in_range(subword_ids, vocab_size, "subword_ids", "the feature encoder's vocab_size")
-        attended = subword_to_word[subword_attention_mask.bool()]
-        check_values_in_range(attended, seq, "subword_to_word (where subword_attention_mask is 1)", "seq")
+        if values_are_cheap_to_check(subword_to_word):  # selecting the attended entries waits for a GPU
+            attended = subword_to_word[subword_attention_mask.bool()]
+            check_values_in_range(attended, seq, "subword_to_word (where subword_attention_mask is 1)", "seq")
 
     def char_features(self, char_ids: torch.LongTensor | None, word_embeds: torch.Tensor) -> torch.Tensor:
         """Checked `char_ids` `(batch, seq, max_word_length)` -> features `(batch, seq, char_hidden_size)` in the
@@ -355,14 +360,21 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
     together), then the output gate `o` (unless `remove_output_gate`) and the content `u` (unless
     `context_independent_content`, where `u_i = U_u x_i + b_u` comes from the input alone).
 
+    Two implementations of the same step, chosen at every call by `config.step_implementation` (read when the step
+    runs, so it can be changed on a built model): the readable PyTorch step (`update_words`, `update_sentence`), and
+    the fused one (`fused_update_words`, `fused_update_sentence`), whose elementwise parts are Triton kernels
+    (`triton_step.py`); both share the matmuls.
+
     Args:
         config ([`SLSTMConfig`]): `hidden_size`, `word_representation_dim` (the word embedding plus the character
             features), `window_size`, `num_sentence_nodes`,
-            `gate_normalization`, `context_independent_content`, `remove_output_gate`, `hidden_dropout` are read.
+            `gate_normalization`, `context_independent_content`, `remove_output_gate`, `hidden_dropout` are read, and
+            `step_implementation` at every call.
     """
 
     def __init__(self, config: SLSTMConfig):
         super().__init__()
+        self.config = config
         hidden = config.hidden_size
         self.hidden_size = hidden
         self.window_size = config.window_size
@@ -442,14 +454,26 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         """
         word_states = self.hidden_dropout(word_states)
         sentence_states = self.hidden_dropout(sentence_states)
-        new_word_states, new_word_cells = self.update_words(
+        fused = uses_fused_step(self.config, word_states)
+        update_words = self.fused_update_words if fused else self.update_words
+        update_sentence = self.fused_update_sentence if fused else self.update_sentence
+        new_word_states, new_word_cells = update_words(
             word_states, word_cells, sentence_states, sentence_cells, input_gate_terms, input_content, mask
         )
         if self.num_sentence_nodes:
-            sentence_states, sentence_cells = self.update_sentence(
+            sentence_states, sentence_cells = update_sentence(
                 word_states, word_cells, sentence_states, sentence_cells, mask, lengths
             )
         return new_word_states, new_word_cells, sentence_states, sentence_cells
+
+    def word_terms(self, h: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The terms of Eq. 2's pre-activations that change every step, from `h^{t-1}` `(batch, seq, hidden)` and
+        `g^{t-1}` `(batch, nodes, hidden)`: `W ξ_i` `(batch, seq, blocks * hidden)`, one matmul over all positions, and
+        `V g^{t-1}` `(batch, blocks * hidden)`, one vector per sentence (`None` without sentence nodes)."""
+        batch, seq, hidden = h.shape
+        xi = neighbourhood(h, self.window_size).reshape(batch, seq, self.window_width * hidden)  # ξ_i
+        sentence_term = self.word_sentence(g.flatten(1)) if self.num_sentence_nodes else None
+        return self.word_window(xi), sentence_term
 
     def update_words(
         self,
@@ -470,12 +494,11 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         """
         batch, seq, hidden = h.shape
         blocks = self.num_context_blocks
-        xi = neighbourhood(h, self.window_size).reshape(batch, seq, self.window_width * hidden)  # ξ_i
+        window_term, sentence_term = self.word_terms(h, g)
         constant_terms = input_gate_terms.view(batch, seq, blocks, hidden)  # U x_i + b
         if self.num_sentence_nodes:
-            sentence_term = self.word_sentence(g.flatten(1))  # V g^{t-1}: (batch, blocks * hidden)
-            constant_terms = constant_terms + sentence_term.view(batch, 1, blocks, hidden)
-        pre = self.word_window(xi).view(batch, seq, blocks, hidden) + constant_terms  # W ξ_i + U x_i + V g + b
+            constant_terms = constant_terms + sentence_term.view(batch, 1, blocks, hidden)  # + V g^{t-1}
+        pre = window_term.view(batch, seq, blocks, hidden) + constant_terms  # W ξ_i + U x_i + V g + b
 
         # Eq. 2's normalised gates (l_w … f … r_w, s_k, i) sum to one per hidden dimension; o and u are separate.
         gate_pre, output_pre, content_pre = pre.split(
@@ -497,6 +520,26 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         states = states.to(h.dtype) * mask
         return states, cells
 
+    def fused_update_words(self, h, c, g, c_g, input_gate_terms, input_content, mask) -> tuple[torch.Tensor, ...]:
+        """`update_words` (same arguments) with everything after the matmuls (the sum of the terms, gates, cell, state, mask) in one
+        Triton kernel forward and one backward (`FusedWordUpdate` of `triton_step.py`). `input_content` is `None`:
+        the kernels cover the recurrent content only."""
+        window_term, sentence_term = self.word_terms(h, g)
+        return FusedWordUpdate.apply(
+            window_term, input_gate_terms, sentence_term, c, c_g, mask, self.window_size, self.softmax_of_sigmoid
+        )
+
+    def sentence_terms(
+        self, h: torch.Tensor, g: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The matmuls of Eq. 3, from `h^{t-1}` `(batch, seq, hidden)`, `g^{t-1}` `(batch, nodes, hidden)` and the
+        `lengths` `(batch, 1)`: `W g + U h̄ + b` of the keep then output gates `(batch, (1 + o) * nodes * hidden)`,
+        `W_f g + b_f` `(batch, nodes * hidden)` and `U_f h_j` `(batch, seq, nodes * hidden)`."""
+        mean_state = (h.sum(1) / lengths).to(h.dtype)  # h̄ over real positions (h is zero at padding): (batch, hidden)
+        flat_g = g.flatten(1)  # (batch, nodes * hidden)
+        gate_terms = self.sentence_gates(torch.cat([flat_g, mean_state], dim=-1))
+        return gate_terms, self.word_forget_from_sentence(flat_g), self.word_forget_from_word(h)
+
     def update_sentence(
         self,
         h: torch.Tensor,
@@ -510,13 +553,11 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         -> `(g^t, c_g^t)` `(batch, nodes, hidden)`."""
         batch, seq, hidden = h.shape
         nodes = self.num_sentence_nodes
-        mean_state = (h.sum(1) / lengths).to(h.dtype)  # h̄ over real positions (h is zero at padding): (batch, hidden)
-        flat_g = g.flatten(1)  # (batch, nodes * hidden)
-        sentence_pre = self.sentence_gates(torch.cat([flat_g, mean_state], dim=-1))
-        sentence_pre = sentence_pre.view(batch, -1, nodes, hidden)  # W g + U h̄ + b: (batch, 1 + o, nodes, hidden)
+        gate_terms, sentence_forget, word_forget = self.sentence_terms(h, g, lengths)
+        sentence_pre = gate_terms.view(batch, -1, nodes, hidden)  # W g + U h̄ + b: (batch, 1 + o, nodes, hidden)
         keep_pre, output_pre = sentence_pre.split([1, int(self.has_output_gate)], dim=1)
-        sentence_forget = self.word_forget_from_sentence(flat_g).view(batch, 1, nodes, hidden)  # W_f g + b_f
-        word_pre = self.word_forget_from_word(h).view(batch, seq, nodes, hidden) + sentence_forget  # + U_f h_i
+        sentence_forget = sentence_forget.view(batch, 1, nodes, hidden)  # W_f g + b_f
+        word_pre = word_forget.view(batch, seq, nodes, hidden) + sentence_forget  # U_f h_i + W_f g + b_f
 
         # (f_0 … f_{n+1}, f_g) sum to one over the real positions and g; padding gets -inf, i.e. weight exactly zero.
         word_scores = self.gate_scores(word_pre).masked_fill(mask.unsqueeze(-1) == 0, float("-inf"))
@@ -528,6 +569,14 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         if self.has_output_gate:
             states = torch.sigmoid(output_pre.squeeze(1)) * states  # o ⊙ tanh(c_g)
         return states.to(h.dtype), cells.to(h.dtype)
+
+    def fused_update_sentence(self, h, c, g, c_g, mask, lengths) -> tuple[torch.Tensor, torch.Tensor]:
+        """`update_sentence` (same arguments) with everything after the matmuls (the forget scores, their softmax over positions,
+        the node update) in one Triton kernel forward and one backward (`FusedSentenceUpdate` of `triton_step.py`)."""
+        gate_terms, sentence_forget, word_forget = self.sentence_terms(h, g, lengths)
+        return FusedSentenceUpdate.apply(
+            word_forget, sentence_forget, gate_terms, c, c_g, mask, self.softmax_of_sigmoid
+        )
 
 
 class SLSTMInitialStates(nn.Module):
@@ -866,6 +915,18 @@ def next_labelled_positions(labels: torch.LongTensor) -> torch.LongTensor:
     return after.flip(1).cummin(dim=1).values.flip(1)
 
 
+ID_TABLES: dict[tuple[tuple[int, ...], torch.device], torch.LongTensor] = {}
+
+
+def id_table(ids: tuple[int, ...], device: torch.device) -> torch.LongTensor:
+    """`ids` as a tensor on `device`, made once per device (`ID_TABLES`): made at every call, its copy to a GPU would
+    wait for the GPU's queued work."""
+    key = (ids, device)
+    if key not in ID_TABLES:
+        ID_TABLES[key] = torch.tensor(ids, device=device)
+    return ID_TABLES[key]
+
+
 def bioes_gold_tags(labels: torch.LongTensor, label_map: BIOESLabelMap) -> torch.LongTensor:
     """IOB2 label ids `(batch, seq)` (-100 where unlabelled) -> the ids of their BIOES form in `label_map.tags`.
 
@@ -874,7 +935,7 @@ def bioes_gold_tags(labels: torch.LongTensor, label_map: BIOESLabelMap) -> torch
     """
     seq = labels.size(1)
     inside, kept, closed = (
-        torch.tensor(ids, device=labels.device) for ids in (label_map.inside, label_map.kept, label_map.closed)
+        id_table(tuple(ids), labels.device) for ids in (label_map.inside, label_map.kept, label_map.closed)
     )  # (num_labels,) each
     known = labels.clamp(min=0)  # (batch, seq): -100 read as label 0, put back at the end
     following = next_labelled_positions(labels)  # (batch, seq)
@@ -887,7 +948,7 @@ def iob2_label_scores(tag_scores: torch.Tensor, label_map: BIOESLabelMap, combin
     """Scores `(batch, seq, len(tags))` of the BIOES tags -> `(batch, seq, num_labels)` of the IOB2 labels: each
     label's two BIOES tags (`B-X`, `S-X` for `B-X`; `I-X`, `E-X` for `I-X`) joined by `combine` (`torch.maximum` for
     max-marginals, `torch.logaddexp` for log-probabilities); `O` has one tag and keeps its score."""
-    kept, closed = (torch.tensor(ids, device=tag_scores.device) for ids in label_map.sources)
+    kept, closed = (id_table(tuple(ids), tag_scores.device) for ids in label_map.sources)
     kept_scores, closed_scores = tag_scores[..., kept], tag_scores[..., closed]  # (batch, seq, num_labels)
     return torch.where(kept == closed, kept_scores, combine(kept_scores, closed_scores))
 
@@ -921,10 +982,12 @@ def crf_inference_chain(
     (`config.pad_token_id`/`bos_token_id`/`eos_token_id`); the whole `attention_mask` without `input_ids`."""
     if input_ids is None:
         return attention_mask
-    special = [config.pad_token_id, config.bos_token_id, config.eos_token_id]
-    special = torch.tensor([t for t in special if t is not None], device=input_ids.device)
-    # A comparison with each id rather than `torch.isin`, which has no ONNX translation.
-    is_special = (input_ids.unsqueeze(-1) == special).any(dim=-1)  # (batch, seq)
+    # One comparison per id: no tensor of ids to copy to a GPU (a copy that waits for it), and no `torch.isin`,
+    # which has no ONNX translation.
+    is_special = torch.zeros_like(attention_mask)  # (batch, seq)
+    for token_id in (config.pad_token_id, config.bos_token_id, config.eos_token_id):
+        if token_id is not None:
+            is_special = is_special | (input_ids == token_id)
     return attention_mask & ~is_special
 
 

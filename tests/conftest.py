@@ -3,6 +3,11 @@
 - `isolated_hf_caches` (every test): the Hugging Face caches in a temporary folder and the Hub offline, for this
   process and for every script, launcher or fresh interpreter a test starts (they inherit the environment).
 - `shared_data`: the benchmark corpora beside the repository (`../shared/data`, or `$SLSTM_SHARED_DATA`).
+
+On a machine without a CUDA GPU, `TRITON_INTERPRET=1` (unless set otherwise): Triton reads it when it decorates the
+kernels of `modeling_slstm/triton_kernels.py`, i.e. at the package's first import, which the test modules do after
+this file. The kernels then run in Triton's interpreter on CPU tensors, and `tests/model/test_fused_step.py` checks
+them there; with a GPU they are compiled for it.
 """
 
 import os
@@ -11,6 +16,10 @@ from pathlib import Path
 import datasets
 import huggingface_hub
 import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 

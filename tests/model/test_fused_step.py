@@ -1,0 +1,317 @@
+"""The fused step (Triton kernels, `modeling_slstm/triton_step.py`) against the readable PyTorch step it replaces:
+outputs, the gradients of every parameter and of the input, exactness under padding, float32 and bfloat16, window 1
+and 2, 0/1/2 sentence nodes, both initial states and both gate normalisations; and the dispatch of
+`config.step_implementation`.
+
+On the CPU the kernels run in Triton's interpreter (`TRITON_INTERPRET=1`, which `tests/conftest.py` sets on machines
+without a CUDA GPU, before the package is imported); on a GPU the same cases also run compiled on `cuda`. Where this
+process compiled the kernels (a GPU machine), `test_cpu_cases_in_the_interpreter` reruns the CPU cases in a fresh
+process with the interpreter.
+
+    python -m pytest tests/model/test_fused_step.py
+"""
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import build, pad, random_ids, real, tiny_config
+
+from modeling_slstm import SLSTMConfig, SLSTMModel, triton_step
+
+REPO = Path(__file__).resolve().parents[2]
+needs_triton = pytest.mark.skipif(
+    triton_step.TRITON_IMPORT_ERROR is not None,
+    reason=f"triton is not installed ({triton_step.TRITON_IMPORT_ERROR}): pip install the test extra",
+)
+LENGTHS = (5, 1, 3, 2)  # mixed, including a one-token sentence
+# Relative error = max |fused - readable| / max |readable| per tensor. The readable step rounds bf16 intermediates
+# (sigmoids, tanh, sums) that the kernels keep in float32, so bf16 differs by a few bf16 roundings.
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+# bf16 gradients (bf16 tensors, summed over steps in bf16) are themselves 1-2% from the float64 gradients of the
+# same bf16 weights, in both steps: there the fused step must be as close to float64 as the readable one (within
+# BF16_GRADIENT_SLACK times its error), and within 2e-2 of it.
+BF16_GRADIENT_TOLERANCE = 2e-2
+BF16_GRADIENT_SLACK = 1.5
+
+CASES = {
+    "w1 K1 learned sigmoid_softmax": {"window_size": 1, "num_sentence_nodes": 1},
+    "w1 K0 input softmax": {"num_sentence_nodes": 0, "initial_state": "input", "gate_normalization": "softmax"},
+    "w2 K2 input sigmoid_softmax": {"window_size": 2, "num_sentence_nodes": 2, "initial_state": "input"},
+    "w2 K1 learned softmax": {"window_size": 2, "num_sentence_nodes": 1, "gate_normalization": "softmax"},
+    "w1 K2 learned, embedding 7 != hidden 6": {"num_sentence_nodes": 2, "embedding_dim": 7, "initial_state": "input"},
+    "w2 K0 learned sigmoid_softmax": {"window_size": 2, "num_sentence_nodes": 0},
+}
+BF16_CASES = ("w1 K1 learned sigmoid_softmax", "w2 K2 input sigmoid_softmax", "w1 K0 input softmax")
+
+
+@pytest.fixture(params=["cpu", "cuda"])
+def device(request) -> torch.device:
+    """`cpu` (the kernels in Triton's interpreter) and `cuda` (compiled), each where this process can run it."""
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if request.param == "cpu" and not triton_step.KERNELS_INTERPRETED:
+        pytest.skip("the kernels were compiled in this process: test_cpu_cases_in_the_interpreter runs these")
+    return torch.device(request.param)
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    scale = expected.float().abs().max().clamp(min=1e-30)
+    return ((actual.float() - expected.float()).abs().max() / scale).item()
+
+
+def outputs_and_gradients(model, inputs_embeds, attention_mask, implementation, forward=None):
+    """The encoder's outputs and the gradients of every parameter and of `inputs_embeds` under a loss that weighs
+    every output value differently, with `config.step_implementation = implementation`; `forward` (default: `model`)
+    runs the model, e.g. a compiled `model`."""
+    model.config.step_implementation = implementation
+    model.zero_grad()
+    embeds = inputs_embeds.detach().clone().requires_grad_(True)
+    torch.manual_seed(0)  # the same hidden-dropout masks for both implementations
+    outputs = (model if forward is None else forward)(
+        inputs_embeds=embeds, attention_mask=attention_mask, output_hidden_states=True
+    )
+    weights = torch.Generator().manual_seed(1)
+    loss = sum(
+        (tensor.float() * torch.randn(tensor.shape, generator=weights).to(tensor.device)).sum()
+        for tensor in (*outputs.hidden_states[1:], outputs.pooler_output)
+    )
+    loss.backward()
+    results = {f"hidden_states[{i}]": h.detach() for i, h in enumerate(outputs.hidden_states)}
+    results["pooler_output"] = outputs.pooler_output.detach()
+    results["grad inputs_embeds"] = embeds.grad
+    # Every parameter but the word embedding (`inputs_embeds` replaces it).
+    results.update({f"grad {name}": p.grad for name, p in model.named_parameters() if p.grad is not None})
+    return results
+
+
+def float64_oracle(model, inputs_embeds, attention_mask):
+    """`outputs_and_gradients` of the readable step in float64, with `model`'s weights (exactly representable)."""
+    oracle = copy.deepcopy(model).double()
+    return outputs_and_gradients(oracle, inputs_embeds.double(), attention_mask, "eager")
+
+
+def assert_close_to_readable(fused, readable, dtype, oracle=None):
+    """Every tensor of `fused` within `TOLERANCE[dtype]` of `readable`; in bf16 the gradients as described at
+    `BF16_GRADIENT_TOLERANCE`, against the float64 `oracle`."""
+    assert fused.keys() == readable.keys()
+    errors = {name: relative_error(fused[name], readable[name]) for name in readable}
+    if dtype == torch.float32:
+        assert max(errors.values()) <= TOLERANCE[dtype], errors
+        return
+    outputs = {name: error for name, error in errors.items() if not name.startswith("grad ")}
+    assert max(outputs.values()) <= TOLERANCE[dtype], outputs
+    assert max(errors.values()) <= BF16_GRADIENT_TOLERANCE, errors
+    fused_error = max(relative_error(fused[name], oracle[name]) for name in oracle if name.startswith("grad "))
+    readable_error = max(relative_error(readable[name], oracle[name]) for name in oracle if name.startswith("grad "))
+    assert fused_error <= BF16_GRADIENT_SLACK * readable_error, (fused_error, readable_error)
+
+
+def padded_batch(config: SLSTMConfig, device, dtype, side="right"):
+    """Random word embeddings for `LENGTHS` sentences padded on `side`, and the bool mask."""
+    _, mask = pad(random_ids(LENGTHS), side)
+    embeds = torch.randn(*mask.shape, config.embedding_dim, generator=torch.Generator().manual_seed(2))
+    return embeds.to(device=device, dtype=dtype), mask.to(device)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    ("case", "dtype"),
+    [(name, torch.float32) for name in CASES] + [(name, torch.bfloat16) for name in BF16_CASES],
+    ids=lambda value: str(value).replace("torch.", ""),
+)
+def test_fused_step_matches_the_readable_step(case, dtype, device):
+    model = build(SLSTMModel, tiny_config(num_steps=2, **CASES[case]), dtype=dtype).to(device)
+    embeds, mask = padded_batch(model.config, device, dtype, side="left")
+    readable = outputs_and_gradients(model, embeds, mask, "eager")
+    fused = outputs_and_gradients(model, embeds, mask, "triton")
+    oracle = float64_oracle(model, embeds, mask) if dtype == torch.bfloat16 else None
+    assert_close_to_readable(fused, readable, dtype, oracle)
+    transition_gradients = [name for name in fused if name.startswith("grad transition.")]
+    assert len(transition_gradients) == len(list(model.transition.parameters()))
+    for name, tensor in fused.items():
+        assert tensor.dtype == readable[name].dtype, name
+    # The fused step keeps padding at exactly zero state, and padding receives exactly zero gradient.
+    padding = ~mask
+    assert not fused["hidden_states[2]"][padding].any()
+    assert not fused["grad inputs_embeds"][padding].any()
+
+
+@needs_triton
+def test_fused_step_under_bf16_autocast_and_hidden_dropout(device):
+    """bf16 autocast feeds the kernels bf16 matmul outputs and float32 cells; dropout on `h^{t-1}` and `g^{t-1}`
+    (training mode) runs before the kernels, with the same masks for both steps under the same seed."""
+    model = build(SLSTMModel, tiny_config(num_steps=2, hidden_dropout=0.3, initial_state="input")).to(device).train()
+    embeds, mask = padded_batch(model.config, device, torch.float32)
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        readable = outputs_and_gradients(model, embeds, mask, "eager")
+        fused = outputs_and_gradients(model, embeds, mask, "triton")
+    assert_close_to_readable(fused, readable, torch.bfloat16, float64_oracle(model, embeds, mask))
+
+
+@needs_triton
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_fused_step_is_exact_under_padding(side, device):
+    """Each sentence alone gives the same outputs as inside the padded batch, through the fused step."""
+    config = tiny_config(num_steps=2, window_size=2, num_sentence_nodes=2, step_implementation="triton")
+    model = build(SLSTMModel, config).to(device)
+    embeds, mask = padded_batch(config, device, torch.float32, side)
+    with torch.no_grad():
+        batched = model(inputs_embeds=embeds, attention_mask=mask)
+        for row in range(len(LENGTHS)):
+            alone = model(inputs_embeds=real(embeds, mask, row).unsqueeze(0))
+            torch.testing.assert_close(real(batched.last_hidden_state, mask, row), alone.last_hidden_state[0])
+            torch.testing.assert_close(batched.pooler_output[row], alone.pooler_output[0])
+
+
+@needs_triton
+def test_torch_compile_keeps_the_fused_step_in_one_graph(device):
+    """`fullgraph=True` fails on any graph break: the kernels are custom operators that the graph calls."""
+    model = build(SLSTMModel, tiny_config(num_steps=2, step_implementation="triton")).to(device)
+    embeds, mask = padded_batch(model.config, device, torch.float32)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    expected = outputs_and_gradients(model, embeds, mask, "triton")
+    actual = outputs_and_gradients(model, embeds, mask, "triton", forward=compiled)
+    errors = {name: relative_error(actual[name], expected[name]) for name in expected}
+    assert max(errors.values()) <= TOLERANCE[torch.float32], errors
+
+
+def fused_launches(monkeypatch) -> list[str]:
+    """Records every call of a fused kernel pair's forward operator, by name."""
+    launches = []
+    for name in ("word_update_operator", "sentence_update_operator"):
+        operator = getattr(triton_step, name)
+        monkeypatch.setattr(
+            triton_step, name, lambda *args, _op=operator, _name=name: launches.append(_name) or _op(*args)
+        )
+    return launches
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    ("implementation", "fused"), [("eager", False), ("triton", True), ("auto", None)]
+)  # fmt: skip
+def test_step_implementation_chooses_the_step(implementation, fused, device, monkeypatch):
+    """`"auto"` takes the fused step on CUDA tensors only (on the CPU the readable step keeps its speed)."""
+    launches = fused_launches(monkeypatch)
+    model = build(SLSTMModel, tiny_config(num_steps=3, step_implementation=implementation)).to(device)
+    embeds, mask = padded_batch(model.config, device, torch.float32)
+    model(inputs_embeds=embeds, attention_mask=mask)
+    expected = fused if fused is not None else device.type == "cuda"
+    assert launches == (["word_update_operator", "sentence_update_operator"] * 3 if expected else [])
+
+
+def test_step_implementation_is_validated():
+    with pytest.raises(ValueError, match=r"step_implementation must be one of \('auto', 'eager', 'triton'\), got 'x'"):
+        SLSTMConfig(step_implementation="x")
+    model = build(SLSTMModel, tiny_config())
+    model.config.step_implementation = "fast"  # set after construction: checked when the step runs
+    ids, mask = pad(random_ids(LENGTHS))
+    with pytest.raises(ValueError, match=r"step_implementation must be one of .*got 'fast'"):
+        model(input_ids=ids, attention_mask=mask)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "dtype", "reason"),
+    [
+        ({"context_independent_content": True}, torch.float32, "context_independent_content=True is not covered"),
+        ({"remove_output_gate": True}, torch.float32, "remove_output_gate=True is not covered"),
+        ({}, torch.float64, "the dtype is torch.float64"),
+    ],
+)
+def test_unsupported_options_take_the_readable_step_or_fail_clearly(overrides, dtype, reason):
+    model = build(SLSTMModel, tiny_config(**overrides), dtype=dtype)
+    ids, mask = pad(random_ids(LENGTHS))
+    expected = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    model.config.step_implementation = "auto"  # the readable step, the same outputs
+    torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).last_hidden_state, expected, rtol=0, atol=0)
+    model.config.step_implementation = "triton"
+    with pytest.raises(ValueError, match=rf"step_implementation='triton' cannot run the fused step here: .*{reason}"):
+        model(input_ids=ids, attention_mask=mask)
+
+
+def test_the_package_imports_and_runs_without_triton():
+    """With `triton` unimportable, the package imports, `"auto"` runs the readable step and `"triton"` says why it
+    cannot run."""
+    script = """
+import sys
+sys.modules["triton"] = None  # `import triton` raises ImportError
+import torch
+from modeling_slstm import SLSTMConfig, SLSTMModel, triton_step
+assert triton_step.TRITON_IMPORT_ERROR is not None
+config = SLSTMConfig(vocab_size=20, embedding_dim=4, hidden_size=4, num_steps=2)
+model = SLSTMModel(config)
+model(input_ids=torch.tensor([[4, 5, 6]]))
+model.config.step_implementation = "triton"
+try:
+    model(input_ids=torch.tensor([[4, 5, 6]]))
+except ValueError as error:
+    assert "triton cannot be imported" in str(error), error
+else:
+    raise AssertionError("step_implementation='triton' ran without triton")
+"""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, "-c", script], check=False, cwd=REPO, env=environment, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+
+
+@needs_triton
+def test_cpu_cases_in_the_interpreter():
+    """Where this process compiled the kernels (a GPU machine), the CPU cases in a fresh process with
+    `TRITON_INTERPRET=1`."""
+    if triton_step.KERNELS_INTERPRETED:
+        pytest.skip("the kernels are interpreted in this process: the CPU cases ran here")
+    environment = {**os.environ, "TRITON_INTERPRET": "1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "cpu"]
+    run = subprocess.run(command, check=False, cwd=REPO, env=environment, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-5000:]
+
+
+COMPILE_FOR_A_GPU = """
+import inspect
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from modeling_slstm import triton_kernels
+
+def compile_for_hopper(kernel, float32_pointers, **constants):
+    names = inspect.signature(kernel.fn).parameters
+    signature = {
+        name: "constexpr" if name in constants else "i32" if name in ("seq", "hidden")
+        else "*fp32" if name in float32_pointers else "*bf16"
+        for name in names
+    }
+    compiled = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
+    assert "cubin" in compiled.asm, kernel
+
+def word(window, nodes, sigmoid):
+    gates = triton.next_power_of_2(2 * window + nodes + 2)
+    return dict(WINDOW=window, NODES=nodes, GATES=gates, SIGMOID_SCORES=sigmoid, BLOCK_S=16, BLOCK_H=32)
+
+def sentence(nodes, sigmoid):
+    return dict(NODES=nodes, NODES_P=triton.next_power_of_2(nodes), SIGMOID_SCORES=sigmoid, BLOCK_S=64, BLOCK_H=32)
+
+saved = ("mask", "saved_cells", "log_normalizers")
+compile_for_hopper(triton_kernels.word_update_forward_kernel, ("mask",), **word(1, 1, True))
+compile_for_hopper(triton_kernels.word_update_backward_kernel, ("mask",), **word(2, 2, True))
+compile_for_hopper(triton_kernels.word_update_backward_kernel, ("mask",), **word(1, 0, False))
+compile_for_hopper(triton_kernels.sentence_update_forward_kernel, saved, **sentence(1, True))
+compile_for_hopper(triton_kernels.sentence_update_backward_kernel, saved, **sentence(2, False))
+"""
+
+
+@needs_triton
+def test_kernels_compile_for_a_gpu():
+    """The interpreter does not type-check kernels as the compiler does: compile each one (bf16 tensors, float32
+    mask and saved statistics) to an sm_90 binary with Triton's own compiler and ptxas, which need no GPU."""
+    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    environment["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    command = [sys.executable, "-c", COMPILE_FOR_A_GPU]
+    run = subprocess.run(command, check=False, cwd=REPO, env=environment, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-5000:]
