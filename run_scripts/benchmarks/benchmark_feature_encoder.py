@@ -29,7 +29,8 @@ from modeling_slstm.tokenization_slstm import SUBWORD_INPUT_NAMES, build_word_to
 from run_scripts.benchmarks.speed_measurement import machine_info
 from run_scripts.training import data
 from run_scripts.training.arguments import ModelArguments, parse_arguments
-from run_scripts.training.model_setup import load_fresh_config, resolve_feature_encoder
+from run_scripts.training.feature_encoder import resolve_feature_encoder
+from run_scripts.training.model_setup import load_fresh_config
 
 
 @dataclass
@@ -64,7 +65,7 @@ def length_grouped_batches(tokenizer: SLSTMTokenizer, sentences: list[list[str]]
 
 
 def build_model(args, tokenizer, encoder_folder: str | None) -> SLSTMForSequenceClassification:
-    config, _ = load_fresh_config(
+    config = load_fresh_config(
         ModelArguments(config_name=args.config_name, config_overrides="use_char_features=false")
     )
     config.embedding_dim = args.embedding_dim

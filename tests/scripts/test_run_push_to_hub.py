@@ -18,7 +18,7 @@ from script_helpers import run_args, run_main, write_generated_ner
 
 from baselines import BaselineEncoderConfig
 from modeling_slstm import SLSTMConfig
-from run_scripts.training.trainer import model_description, write_model_card
+from run_scripts.training.model_card import model_description, write_model_card
 
 REPO_ID = "someone/slstm-tiny-ner"
 
