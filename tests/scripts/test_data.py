@@ -1,4 +1,4 @@
-"""Readers, splits and label alignment of run_scripts/data.py."""
+"""Readers, splits and label alignment of run_scripts/training/data.py."""
 
 from types import SimpleNamespace
 
