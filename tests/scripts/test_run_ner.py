@@ -520,3 +520,27 @@ def test_early_stopping_needs_the_best_model_at_end(tmp_path, monkeypatch):
     paths = write_generated_ner(tmp_path)
     with pytest.raises(ValueError, match="--early_stopping_patience must be .* with --load_best_model_at_end"):
         run_main("run_ner", run_args(tmp_path / "out", paths, early_stopping_patience=2), monkeypatch)
+
+
+@pytest.mark.slow
+def test_a_run_gives_each_note_once_at_most(tmp_path, monkeypatch, caplog, recwarn):
+    """Three epochs with an evaluation each: no DataLoader `pin_memory` warning without an accelerator, and the
+    Trainer's note on ignored columns at most once (the training set's `length`, read by the length-grouped sampler),
+    not once per evaluation."""
+    import logging
+
+    from transformers.utils import logging as transformers_logging
+
+    caplog.set_level(logging.INFO)
+    paths = write_generated_ner(tmp_path)
+    options = {"num_train_epochs": 3, "eval_strategy": "epoch", "train_sampling_strategy": "group_by_length"}
+    transformers_logging.enable_propagation()  # the Trainer's notes reach caplog
+    try:
+        run_main("run_ner", run_args(tmp_path / "out", paths, **options), monkeypatch)
+    finally:
+        transformers_logging.disable_propagation()
+    ignored = [record.getMessage() for record in caplog.records if "have been ignored" in record.getMessage()]
+    assert len(ignored) <= 1 and all("in the Training set" in message for message in ignored), ignored
+    state = read_json(tmp_path / "out" / "trainer_state.json")
+    assert sum("eval_f1" in entry for entry in state["log_history"]) == 3  # three evaluations did run
+    assert not [warning for warning in recwarn if "pin_memory" in str(warning.message)]
