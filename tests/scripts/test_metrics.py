@@ -35,6 +35,8 @@ def token_metrics(eval_prediction: EvalPrediction, labels: list[str], scheme: st
     gold, predicted = decode_tags(eval_prediction.predictions, eval_prediction.label_ids, labels)
     gold, predicted = ([convert(tags, scheme, "IOB2") for tags in tag_lists] for tag_lists in (gold, predicted))
     return score_tags(gold, predicted, span_task=True, strict=False, per_type=False)
+
+
 ID = {label: index for index, label in enumerate(NER_LABELS)}
 
 
