@@ -356,7 +356,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
 
     Args:
         config ([`SLSTMConfig`]): `hidden_size`, `word_representation_dim` (the word embedding plus the character
-            features), `window_size`, `num_sentence_nodes`,
+            and encoder features, when the config has them), `window_size`, `num_sentence_nodes`,
             `gate_normalization`, `context_independent_content`, `remove_output_gate`, `hidden_dropout` are read.
     """
 

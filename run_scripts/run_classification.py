@@ -86,28 +86,28 @@ def main():
 
     # Data: texts with their labels, by split.
     if data_args.rt_polarity_dir:
-        raw = data.read_rt_polarity(data_args.rt_polarity_dir, seed=data_args.split_seed)
+        splits = data.read_rt_polarity(data_args.rt_polarity_dir, seed=data_args.split_seed)
     else:
-        raw = data.load_raw_splits(
+        splits = data.load_splits(
             data_args, "sequence", lambda path: data.read_text_label_file(path, data_args.file_encoding)
         )
-    raw = data.truncate_splits(raw, data_args)
-    if training_args.do_train and "train" not in raw:
+    splits = data.truncate_splits(splits, data_args)
+    if training_args.do_train and "train" not in splits:
         raise ValueError("--do_train needs training data (--train_file, --dataset_name or --rt_polarity_dir)")
 
     # Model: a saved checkpoint with its labels, or a fresh one from a config.
-    label_splits = raw.values() if data_args.include_eval_labels or "train" not in raw else [raw["train"]]
+    label_splits = splits.values() if data_args.include_eval_labels or "train" not in splits else [splits["train"]]
     data_labels = sorted({e["label"] for split in label_splits for e in split})
     if model_args.model_name_or_path:
         tokenizer, model = load_checkpoint(model_args, AutoModelForSequenceClassification, lambda: data_labels)
         label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
     else:
-        if "train" not in raw:
+        if "train" not in splits:
             raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
         label_list = data_labels
         config = load_fresh_config(model_args)
-        eval_words = [e["text"].split() for split in ("validation", "test") if split in raw for e in raw[split]]
-        train_words = [e["text"].split() for e in raw["train"]]
+        eval_words = [e["text"].split() for split in ("validation", "test") if split in splits for e in splits[split]]
+        train_words = [e["text"].split() for e in splits["train"]]
         tokenizer, model = build_fresh_model(
             model_args,
             config,
@@ -118,12 +118,12 @@ def main():
         )
     max_length = data_args.max_seq_length
     logger.info(f"Examples are cut at --max_seq_length {max_length} tokens (<s> and </s> included)")
-    logger.info(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in raw.items()} }")
+    logger.info(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in splits.items()} }")
 
     # Preprocessing: every label known to the model, words to token ids.
-    check_splits = dict(raw)
-    if model_args.model_name_or_path and "train" in raw:
-        check_splits["validation"] = raw["train"] + raw.get("validation", [])
+    check_splits = dict(splits)
+    if model_args.model_name_or_path and "train" in splits:
+        check_splits["validation"] = splits["train"] + splits.get("validation", [])
     data.check_labels_known(check_splits, label_list, "label", sequence=False)
     label2id = {label: index for index, label in enumerate(label_list)}
 
@@ -131,7 +131,7 @@ def main():
         return data.tokenize_texts(examples, tokenizer, label2id, max_length)
 
     processed = {}
-    for split, examples in raw.items():
+    for split, examples in splits.items():
         processed[split] = data.tokenize_split(
             split,
             examples,
@@ -159,7 +159,7 @@ def main():
             "pipeline_tag": "text-classification",
             "auto_class": "AutoModelForSequenceClassification",
             "task_description": "sentence classification",
-            "training_data": f"{source} ({', '.join(f'{s} {len(e):,} examples' for s, e in raw.items())})",
+            "training_data": f"{source} ({', '.join(f'{s} {len(e):,} examples' for s, e in splits.items())})",
             "usage_example": USAGE,
             "training_recipe": training_recipe.applied if training_recipe is not None else {},
         },
@@ -185,7 +185,7 @@ def main():
         if trainer.is_world_process_zero():
             write_predictions(
                 Path(training_args.output_dir),
-                raw["test"],
+                splits["test"],
                 [label_list[int(index)] for index in predicted_ids(output.predictions)],
             )
 

@@ -136,11 +136,11 @@ class TagSchemes:
         return self.data is not None
 
 
-def decide_tag_schemes(raw: dict, data_args, checkpoint_config) -> TagSchemes:
+def decide_tag_schemes(splits: dict, data_args, checkpoint_config) -> TagSchemes:
     """The run's `TagSchemes`, from the data, --data_tag_scheme, --tag_scheme and, when continuing from a
     checkpoint with labels (`checkpoint_config`), the checkpoint's labels and head: a --tag_scheme that differs from
     them is an error rather than data the model's labels cannot hold."""
-    span_task = is_span_labels(example["tags"] for split in raw.values() for example in split)
+    span_task = is_span_labels(example["tags"] for split in splits.values() for example in split)
     if not span_task:
         if data_args.tag_scheme:
             raise ValueError(f"--tag_scheme {data_args.tag_scheme} given but the labels are not span tags (e.g. POS)")
@@ -148,7 +148,7 @@ def decide_tag_schemes(raw: dict, data_args, checkpoint_config) -> TagSchemes:
     if data_args.data_tag_scheme:
         data_scheme = normalize_scheme_name(data_args.data_tag_scheme)
     else:
-        reference = raw["train"] if "train" in raw else next(iter(raw.values()))
+        reference = splits["train"] if "train" in splits else next(iter(splits.values()))
         data_scheme = detect_tag_scheme(example["tags"] for example in reference)
     requested = normalize_scheme_name(data_args.tag_scheme) if data_args.tag_scheme else None
     if checkpoint_config is None:
@@ -221,34 +221,34 @@ def main():
     set_seed(training_args.seed)
 
     # Data: sentences as words and tags, by split, and the tag schemes of the data, the labels and the head.
-    raw = data.truncate_splits(load_raw_splits(data_args), data_args)
-    if training_args.do_train and "train" not in raw:
+    splits = data.truncate_splits(load_splits(data_args), data_args)
+    if training_args.do_train and "train" not in splits:
         raise ValueError("--do_train needs --train_file or --dataset_name with a train split")
     checkpoint_config = None
     if model_args.model_name_or_path:
         checkpoint_config = AutoConfig.from_pretrained(
             model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
         )
-    schemes = decide_tag_schemes(raw, data_args, checkpoint_config)
+    schemes = decide_tag_schemes(splits, data_args, checkpoint_config)
 
     # Model: a saved checkpoint with its labels (a pretrained encoder gets a head for the data's labels, from the
     # training data when there is some), or a fresh one from a config.
     if model_args.model_name_or_path:
-        include_eval = data_args.include_eval_labels or "train" not in raw
+        include_eval = data_args.include_eval_labels or "train" not in splits
         tokenizer, model = load_checkpoint(
-            model_args, AutoModelForTokenClassification, lambda: fresh_label_list(raw, include_eval, schemes)
+            model_args, AutoModelForTokenClassification, lambda: fresh_label_list(splits, include_eval, schemes)
         )
     else:
-        if "train" not in raw:
+        if "train" not in splits:
             raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
         config = load_fresh_config(model_args)
         if schemes.head == "BIOES":
             config.head_tag_scheme = "BIOES"
         if schemes.head == "IOB1":
             config.crf_constraints = False  # the CRF's constraints are IOB2/BIOES ones; IOB1 opens entities with I-
-        eval_words = [e["tokens"] for split in ("validation", "test") if split in raw for e in raw[split]]
-        train_words = [e["tokens"] for e in raw["train"]]
-        label_list = fresh_label_list(raw, data_args.include_eval_labels, schemes)
+        eval_words = [e["tokens"] for split in ("validation", "test") if split in splits for e in splits[split]]
+        train_words = [e["tokens"] for e in splits["train"]]
+        label_list = fresh_label_list(splits, data_args.include_eval_labels, schemes)
         tokenizer, model = build_fresh_model(
             model_args, config, AutoModelForTokenClassification, label_list, train_words, eval_words
         )
@@ -262,8 +262,8 @@ def main():
 
     # Preprocessing: tags in the scheme of the model's labels, every label known to the model, words to token ids.
     converted = {
-        split: [{"tokens": e["tokens"], "tags": convert(e["tags"], schemes.data, schemes.labels)} for e in examples]
-        for split, examples in raw.items()
+        split: [{"tokens": e["tokens"], "tags": in_scheme(e["tags"], schemes.data, schemes.labels)} for e in examples]
+        for split, examples in splits.items()
     }
     check_splits = dict(converted)
     if model_args.model_name_or_path and "train" in converted:
@@ -287,7 +287,7 @@ def main():
 
     def scored_form(tag_sequences):
         """Tags as they are scored and written: IOB2 for span tags, else unchanged."""
-        return [convert(tags, schemes.labels, "IOB2") for tags in tag_sequences]
+        return [in_scheme(tags, schemes.labels, "IOB2") for tags in tag_sequences]
 
     def compute_metrics(eval_prediction):
         gold, predicted = decode_tags(eval_prediction.predictions, eval_prediction.label_ids, label_list)
@@ -315,7 +315,7 @@ def main():
             "task_description": f"{task_name}, {schemes.labels} labels, trained in {schemes.head}"
             if schemes.span_task
             else task_name,
-            "training_data": describe_data(data_args, raw),
+            "training_data": describe_data(data_args, splits),
             "usage_example": USAGE,
             "training_recipe": training_recipe.applied if training_recipe is not None else {},
         },
@@ -338,7 +338,7 @@ def main():
     if training_args.do_predict and "test" in processed:
         output = trainer.predict(processed["test"], metric_key_prefix="test")
         _, predicted_tags = decode_tags(output.predictions, output.label_ids, label_list)
-        sentences = prediction_rows(raw["test"], predicted_tags, schemes)
+        sentences = prediction_rows(splits["test"], predicted_tags, schemes)
         scores = score_tags(
             [gold for _, gold, _ in sentences],
             [predicted for _, _, predicted in sentences],
@@ -349,7 +349,7 @@ def main():
         output.metrics.update({f"test_{name}": value for name, value in scores.items()})
         trainer.report_metrics("test", output.metrics, len(processed["test"]))
         if trainer.is_world_process_zero():
-            write_predictions(Path(training_args.output_dir), sentences, raw["test"], schemes)
+            write_predictions(Path(training_args.output_dir), sentences, splits["test"], schemes)
 
     # Model card, and the upload with --push_to_hub.
     if training_args.push_to_hub:
@@ -359,7 +359,7 @@ def main():
     trainer.end()
 
 
-def load_raw_splits(data_args) -> dict[str, list[dict]]:
+def load_splits(data_args) -> dict[str, list[dict]]:
     """The splits as `{"tokens": [...], "tags": [...]}` sentences; an integer --label_column_name is a CoNLL column."""
     label_column = data_args.conll_label_column
     if data_args.label_column_name and data_args.label_column_name.lstrip("-").isdigit():
@@ -368,14 +368,14 @@ def load_raw_splits(data_args) -> dict[str, list[dict]]:
     def read_conll(path):
         return data.read_conll(path, data_args.conll_token_column, label_column)
 
-    return data.load_raw_splits(data_args, "token", read_conll)
+    return data.load_splits(data_args, "token", read_conll)
 
 
-def fresh_label_list(raw: dict, include_eval_labels: bool, schemes: TagSchemes) -> list[str]:
+def fresh_label_list(splits: dict, include_eval_labels: bool, schemes: TagSchemes) -> list[str]:
     """The labels of a new head in id order: those of the training data (all splits with --include_eval_labels)
     in the scheme of the labels, completed to every prefix of each entity type for span tags."""
-    label_splits = raw.values() if include_eval_labels else [raw["train"]]
-    tags = [tag for split in label_splits for e in split for tag in convert(e["tags"], schemes.data, schemes.labels)]
+    label_splits = splits.values() if include_eval_labels else [splits["train"]]
+    tags = [tag for split in label_splits for e in split for tag in in_scheme(e["tags"], schemes.data, schemes.labels)]
     labels = ordered_labels(tags)
     return complete_span_labels(labels, schemes.labels) if schemes.span_task else labels
 
@@ -397,8 +397,8 @@ def prediction_rows(test_examples: list[dict], predicted_tags, schemes: TagSchem
     rows = []
     for example, predicted in zip(test_examples, predicted_tags, strict=True):
         predicted = predicted + ["O"] * (len(example["tokens"]) - len(predicted))
-        gold = convert(example["tags"], schemes.data, "IOB2")
-        rows.append((example["tokens"], gold, convert(predicted, schemes.labels, "IOB2")))
+        gold = in_scheme(example["tags"], schemes.data, "IOB2")
+        rows.append((example["tokens"], gold, in_scheme(predicted, schemes.labels, "IOB2")))
     return rows
 
 
@@ -407,7 +407,7 @@ def write_predictions(output_dir: Path, sentences: list[tuple], test_examples: l
     `predictions.txt`; one `token<TAB>gold<TAB>predicted` line per word, a blank line after each sentence."""
     data.write_conll(output_dir / TEST_PREDICTIONS_FILE, sentences)
     in_data_scheme = [
-        (tokens, example["tags"], convert(predicted, "IOB2" if schemes.span_task else None, schemes.data))
+        (tokens, example["tags"], in_scheme(predicted, "IOB2" if schemes.span_task else None, schemes.data))
         for (tokens, _, predicted), example in zip(sentences, test_examples, strict=True)
     ]
     data.write_conll(output_dir / "predictions.txt", in_data_scheme)
@@ -437,14 +437,15 @@ def complete_span_labels(labels, scheme) -> list[str]:
     return ["O"] + [f"{prefix}-{entity_type}" for entity_type in types for prefix in prefixes]
 
 
-def convert(tags, source, target):
+def in_scheme(tags, source, target) -> list[str]:
+    """`tags` of span scheme `source` in scheme `target` (unchanged when either is `None`: tags that are not spans)."""
     if source is None or target is None or source == target:
         return list(tags)
     return convert_tag_sequence(tags, source, target)
 
 
-def describe_data(data_args, raw) -> str:
-    sizes = ", ".join(f"{split} {len(examples):,} sentences" for split, examples in raw.items())
+def describe_data(data_args, splits) -> str:
+    sizes = ", ".join(f"{split} {len(examples):,} sentences" for split, examples in splits.items())
     source = data_args.dataset_name or ", ".join(
         str(p) for p in (data_args.train_file, data_args.validation_file, data_args.test_file) if p
     )

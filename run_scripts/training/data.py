@@ -254,7 +254,7 @@ def _pick_column(
     return columns[position]
 
 
-def load_raw_splits(
+def load_splits(
     data_args,
     task: str,
     file_reader,
@@ -278,7 +278,7 @@ def load_raw_splits(
         names = {"train": "train", "validation": "validation" if "validation" in hub else "dev", "test": "test"}
         sources = {split: hub[name] for split, name in names.items() if name in hub}
     files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
-    raw = {}
+    splits = {}
     for split in SPLITS:
         path = files[split]
         if path is None and split not in sources:
@@ -286,8 +286,8 @@ def load_raw_splits(
         source = path or data_args.dataset_name
         kind = None if path is None else _file_kind(path, task)
         if path is not None and kind is None:
-            raw[split] = file_reader(path)
-            check_examples(raw[split], source, split, task)
+            splits[split] = file_reader(path)
+            check_examples(splits[split], source, split, task)
             continue
         dataset = sources[split] if path is None else _load_with_datasets(path, kind)
         if len(dataset) == 0:
@@ -303,9 +303,9 @@ def load_raw_splits(
                 )
             texts = [[str(t) for t in tokens] for tokens in texts]
         labels = _column_to_strings(dataset, label_column, is_sequence=task == "token")
-        raw[split] = [{text_key: t, label_key: l} for t, l in zip(texts, labels, strict=True)]
-        check_examples(raw[split], source, split, task)
-    return raw
+        splits[split] = [{text_key: t, label_key: l} for t, l in zip(texts, labels, strict=True)]
+        check_examples(splits[split], source, split, task)
+    return splits
 
 
 def check_examples(examples: list[dict], source: str, split: str, task: str) -> None:
@@ -327,25 +327,25 @@ def check_examples(examples: list[dict], source: str, split: str, task: str) -> 
             raise ValueError(f"{where}: empty token at position {tokens.index('')} of {tokens}")
 
 
-def truncate_splits(raw: dict[str, list], data_args) -> dict[str, list]:
+def truncate_splits(splits: dict[str, list], data_args) -> dict[str, list]:
     """Applies `--max_train_samples`, `--max_eval_samples`, `--max_predict_samples` (first N examples)."""
     limits = {
         "train": data_args.max_train_samples,
         "validation": data_args.max_eval_samples,
         "test": data_args.max_predict_samples,
     }
-    return {split: items[: limits[split]] if limits[split] is not None else items for split, items in raw.items()}
+    return {split: items[: limits[split]] if limits[split] is not None else items for split, items in splits.items()}
 
 
-def check_labels_known(raw: dict[str, list], label_list: Sequence[str], key: str, sequence: bool) -> None:
+def check_labels_known(splits: dict[str, list], label_list: Sequence[str], key: str, sequence: bool) -> None:
     """Raises a clear error if a validation/test label is not among the training labels (the model has no output
     for it). Fix: add the label to the training data, or map it before training."""
     known = set(label_list)
     for split in ("validation", "test"):
-        if split not in raw:
+        if split not in splits:
             continue
         seen = set()
-        for example in raw[split]:
+        for example in splits[split]:
             seen.update(example[key] if sequence else [example[key]])
         unknown = sorted(seen - known)
         if unknown:

@@ -9,7 +9,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from transformers import EvalPrediction
 
 from run_scripts.run_classification import classification_metrics, predicted_ids
-from run_scripts.run_ner import convert, decode_tags, score_tags
+from run_scripts.run_ner import decode_tags, in_scheme, score_tags
 
 LABELS = ["neg", "pos"]
 
@@ -33,7 +33,7 @@ NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 def token_metrics(eval_prediction: EvalPrediction, labels: list[str], scheme: str) -> dict:
     """run_ner.py's `compute_metrics`: the labelled positions' tags, in their IOB2 form, scored."""
     gold, predicted = decode_tags(eval_prediction.predictions, eval_prediction.label_ids, labels)
-    gold, predicted = ([convert(tags, scheme, "IOB2") for tags in tag_lists] for tag_lists in (gold, predicted))
+    gold, predicted = ([in_scheme(tags, scheme, "IOB2") for tags in tag_lists] for tag_lists in (gold, predicted))
     return score_tags(gold, predicted, span_task=True, strict=False, per_type=False)
 
 
