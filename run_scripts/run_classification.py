@@ -128,18 +128,12 @@ def main():
     label2id = {label: index for index, label in enumerate(label_list)}
 
     def tokenize(examples):
+        """Whitespace-split words to token ids (as the vocabulary was built), and the label's id."""
         return data.tokenize_texts(examples, tokenizer, label2id, max_length)
 
-    processed = {}
-    for split, examples in splits.items():
-        processed[split] = data.tokenize_split(
-            split,
-            examples,
-            tokenize,
-            training_args,
-            data.unread_columns(split, uses_char_features(model.config), training_args),
-        )
-        warn_if_truncated(split, examples, processed[split], max_length)
+    processed = data.tokenize_splits(splits, tokenize, training_args, uses_char_features(model.config))
+    for split, dataset in processed.items():
+        warn_if_truncated(split, splits[split], dataset, max_length)
 
     def compute_metrics(eval_prediction):
         gold = [label_list[int(index)] for index in eval_prediction.label_ids]

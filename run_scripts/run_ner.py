@@ -272,17 +272,11 @@ def main():
     label2id = {label: index for index, label in enumerate(label_list)}
 
     def tokenize(examples):
+        """Words to token ids, each word's tag on its first token (-100 on `<s>`, `</s>` and continuations)."""
         return data.tokenize_and_align_labels(examples, tokenizer, label2id, max_length)
 
-    processed = {}
+    processed = data.tokenize_splits(converted, tokenize, training_args, uses_char_features(model.config))
     for split, examples in converted.items():
-        processed[split] = data.tokenize_split(
-            split,
-            examples,
-            tokenize,
-            training_args,
-            data.unread_columns(split, uses_char_features(model.config), training_args),
-        )
         warn_if_truncated(split, examples, processed[split], max_length)
 
     def scored_form(tag_sequences):

@@ -404,18 +404,21 @@ def count_truncated(word_counts: Iterable[int], token_lengths: Iterable[int]) ->
     return sum(length < count + 2 for count, length in zip(word_counts, token_lengths, strict=True))
 
 
-def tokenize_split(
-    split: str, examples: list[dict], tokenize_function, training_args, unread_columns: Iterable[str] = ()
-) -> datasets.Dataset:
-    """`examples` as a `Dataset` mapped through `tokenize_function` (batched), tokenised once by the main process
-    and read from the cache by the others, without the columns named in `unread_columns` (see `unread_columns`)."""
-    dataset = datasets.Dataset.from_list(examples)
-    with training_args.main_process_first(desc=f"tokenizing {split}"):
-        tokenized = dataset.map(
-            tokenize_function, batched=True, remove_columns=dataset.column_names, desc=f"Tokenizing {split}"
-        )
-    unread = [column for column in unread_columns if column in tokenized.column_names]
-    return tokenized.remove_columns(unread) if unread else tokenized
+def tokenize_splits(splits: dict[str, list[dict]], tokenize_function, training_args, reads_char_ids: bool) -> dict:
+    """Each split as a `Dataset` mapped through `tokenize_function` (batched), tokenised once by the main process
+    and read from the cache by the others, without the columns that nothing reads there (`unread_columns`)."""
+    tokenized = {}
+    for split, examples in splits.items():
+        dataset = datasets.Dataset.from_list(examples)
+        with training_args.main_process_first(desc=f"tokenizing {split}"):
+            mapped = dataset.map(
+                tokenize_function, batched=True, remove_columns=dataset.column_names, desc=f"Tokenizing {split}"
+            )
+        unread = [
+            column for column in unread_columns(split, reads_char_ids, training_args) if column in mapped.column_names
+        ]
+        tokenized[split] = mapped.remove_columns(unread) if unread else mapped
+    return tokenized
 
 
 def unread_columns(split: str, reads_char_ids: bool, training_args) -> list[str]:
