@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import TrainingArguments
+from transformers import AutoConfig, TrainingArguments
 
 from baselines import BaselineEncoderConfig
 from modeling_slstm import SLSTMConfig
@@ -54,12 +54,15 @@ class TrainingRecipe:
 
 
 def read_training_recipe(config_name: str | None) -> tuple[dict | None, str]:
-    """`(recipe, model_type)` of `--config_name` (a JSON file or a saved config's folder; `None`: the default
-    `SLSTMConfig`); the recipe is `None` when the config ships none."""
+    """`(recipe, model_type)` of `--config_name` (a JSON file, a saved config's folder or a Hub id; `None`: the
+    default `SLSTMConfig`); the recipe is `None` when the config ships none."""
     if config_name is None:
         return None, SLSTMConfig.model_type
     path = Path(config_name)
-    values = json.loads((path / "config.json" if path.is_dir() else path).read_text(encoding="utf-8"))
+    if not (path.is_file() or (path / "config.json").is_file()):  # a Hub id, as `load_fresh_config` reads it
+        config = AutoConfig.from_pretrained(config_name)
+        return getattr(config, RECIPE_KEY, None), config.model_type
+    values = json.loads((path if path.is_file() else path / "config.json").read_text(encoding="utf-8"))
     return values.get(RECIPE_KEY), values.get("model_type", SLSTMConfig.model_type)
 
 
