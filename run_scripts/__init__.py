@@ -4,8 +4,10 @@ edits).
 
 - `run_ner.py`, `run_classification.py`: the training entry points (`python`, `accelerate launch`, `torchrun`);
   `demo.sh` (the README demo) and `paper_runs.sh` (the paper's runs of docs/results.md) drive them.
-- `training/`: what the entry points share: command-line arguments, data files and splits, model and tokenizer
-  set-up, the `Trainer` subclass.
+- `training/`: what the entry points share: command-line arguments (`arguments.py`) and a fresh model's training
+  recipe (`recipe.py`), data files and splits (`data.py`), logging (`logging_setup.py`), the model and tokenizer
+  (`model_setup.py`, with `feature_encoder.py`), resuming (`checkpoints.py`), the `Trainer` subclass (`trainer.py`)
+  with its samplers (`samplers.py`) and model card (`model_card.py`).
 - `utilities/`: tag raw text, export to ONNX, prepare data, rescore predictions, summarise a run, plot weighted sums,
   the most-frequent-tag baseline.
 - `benchmarks/`: speed, training throughput, accuracy suites, the classification dev study, and the plain reference
