@@ -406,12 +406,12 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
         self.classifier = SLSTMLinear(config.hidden_size, num_head_tags)
         self.crf = ConditionalRandomField(num_head_tags) if config.use_crf else None
         self.bioes = None
-        self.head_labels = None  # the labels that the BIOES map and the CRF constraints were built from
-        self.follow_labels()
+        self.head_built_for = None  # the label names that the BIOES map and the CRF constraints were built from
+        self.update_head_for_labels()
         self.post_init()
 
-    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.follow_labels
-    def follow_labels(self) -> None:
+    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.update_head_for_labels
+    def update_head_for_labels(self) -> None:
         """Builds the BIOES map (`self.bioes`) and the CRF's constraints from the labels the config holds now.
 
         Called at construction and at the start of every `forward` (a no-op unless `config.id2label` changed): a model
@@ -420,9 +420,9 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
         constraints of its real labels, i.e. as the model that reloads.
         """
         labels = tuple(self.config.id2label[index] for index in range(self.num_labels))
-        if labels == self.head_labels:
+        if labels == self.head_built_for:
             return
-        self.head_labels = labels
+        self.head_built_for = labels
         self.bioes = BIOESLabelMap(labels) if self.uses_bioes and not are_placeholders(labels) else None
         if self.bioes is not None and len(self.bioes.tags) != self.classifier.out_features:
             raise ValueError(
@@ -465,11 +465,11 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
             `logits` `(batch, seq, num_labels)` (see the class docstring), `loss` when `labels` are given.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        self.follow_labels()
+        self.update_head_for_labels()
         if self.uses_bioes and self.bioes is None:
             raise ValueError(
                 "A BIOES head needs IOB2 labels (O, B-X, I-X for every type X) in config.id2label, got the "
-                f"placeholders {list(self.head_labels)}: set config.id2label and config.label2id first"
+                f"placeholders {list(self.head_built_for)}: set config.id2label and config.label2id first"
             )
         outputs = self.base_model(
             input_ids=input_ids,
@@ -483,7 +483,7 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
             return_dict=True,
         )
         emissions = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, head tags)
-        head_labels = None
+        head_tag_ids = None  # the gold tags in the head's scheme (BIOES for a BIOES head)
         if labels is not None:
             if labels.shape != emissions.shape[:2]:
                 raise ValueError(
@@ -491,21 +491,21 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
                     f"got {tuple(labels.shape)}"
                 )
             check_values_in_range(labels, self.num_labels, "labels", "num_labels", ignore_index=IGNORE_INDEX)
-            head_labels = labels if self.bioes is None else bioes_gold_tags(labels, self.bioes)  # (batch, seq)
+            head_tag_ids = labels if self.bioes is None else bioes_gold_tags(labels, self.bioes)  # (batch, seq)
 
         loss = None
         if self.crf is None:
             if labels is not None:
                 # transformers' token-classification loss (its `ForTokenClassification` assumes num_labels columns).
                 flat_emissions = emissions.flatten(0, 1).float()  # (batch * seq, head tags)
-                loss = fixed_cross_entropy(flat_emissions, head_labels.flatten(), **kwargs)
+                loss = fixed_cross_entropy(flat_emissions, head_tag_ids.flatten(), **kwargs)
             scores, combine = emissions, torch.logaddexp
             if self.bioes is not None:
                 scores = nn.functional.log_softmax(emissions.float(), dim=-1)  # (batch, seq, head tags)
         else:
             if labels is not None:
-                chain = (head_labels != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
-                loss = self.crf(emissions, head_labels, chain, reduction="mean")
+                chain = (head_tag_ids != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
+                loss = self.crf(emissions, head_tag_ids, chain, reduction="mean")
             else:
                 chain = crf_inference_chain(input_ids, real_token_mask(attention_mask, emissions), self.config)
             scores, combine = self.crf.max_marginals(emissions, chain), torch.maximum  # (batch, seq, head tags)

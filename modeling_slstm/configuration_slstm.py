@@ -3,6 +3,8 @@
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
+from .tag_schemes import BIOESLabelMap
+
 GATE_NORMALIZATIONS = ("sigmoid_softmax", "softmax")
 CHAR_PAD_ID = 0
 """The id of padding in `char_ids` (a character vocabulary's first entry): a zero, untrained embedding row."""
@@ -109,6 +111,23 @@ def validate_head_tag_scheme(config: PreTrainedConfig) -> None:
             f"{type(config).__name__}.head_tag_scheme must be None (the head scores id2label's labels) or 'BIOES', "
             f"got {config.head_tag_scheme!r}"
         )
+
+
+def check_bioes_head_labels(config: PreTrainedConfig, labels: list[str]) -> None:
+    """Refuses labels that a BIOES head (`head_tag_scheme="BIOES"`) cannot present, when they are set on the config
+    (not at the first training step): IOB2 entity labels, every type with `B-` and `I-`. The placeholders `LABEL_i`
+    of a config built from `num_labels` alone pass: the real labels come later."""
+    if getattr(config, "head_tag_scheme", None) != "BIOES" or labels == [f"LABEL_{i}" for i in range(len(labels))]:
+        return
+    try:
+        BIOESLabelMap(labels)
+    except ValueError as error:
+        raise ValueError(
+            f"{error}. A head_tag_scheme='BIOES' checkpoint tags entities (span labels such as PER/LOC); to train it "
+            "on other labels (e.g. POS tags), load it without the BIOES head, e.g. "
+            "`AutoConfig.from_pretrained(path, head_tag_scheme=None, num_labels=N)` with `ignore_mismatched_sizes=True` "
+            "(a new head for the new labels), or train a fresh model (run_scripts/run_ner.py without --tag_scheme bioes)"
+        ) from None
 
 
 class SLSTMConfig(PreTrainedConfig):
@@ -295,6 +314,14 @@ class SLSTMConfig(PreTrainedConfig):
         validate_char_settings(self)
         validate_feature_settings(self)
         validate_head_tag_scheme(self)
+
+    def __setattr__(self, key, value):
+        # transformers' run_ner.py sets `config.label2id` and `config.id2label` on a model built for `num_labels`.
+        if key == "id2label" and value is not None:
+            check_bioes_head_labels(self, [value[index] for index in sorted(value, key=int)])
+        elif key == "label2id" and value is not None:
+            check_bioes_head_labels(self, sorted(value, key=lambda label: int(value[label])))
+        super().__setattr__(key, value)
 
     @property
     def word_representation_dim(self) -> int:

@@ -18,14 +18,7 @@ pruning and tools that select layers with `isinstance(module, nn.Linear)` see an
 summation order at most. Tools that match exact module types (`torch.ao.quantization.quantize_dynamic`) need the
 plain classes: `as_plain_torch_modules(model)` swaps them in place.
 
-Measured behind the backend rule, each pair on one machine in the same run (docs/benchmarks.md): paper configuration,
-32 x 128 tokens, forward+backward, float32:
-
-| CPU | oneDNN | MKL (PyTorch default) |
-|---|---|---|
-| AMD EPYC, AVX-512 with native bf16, one thread | 715 tokens/s; 226 GFLOP/s on 2048³ | 369 tokens/s (oneDNN 1.94x); 97 GFLOP/s |
-| AMD EPYC, AVX2 only, two threads | 844 tokens/s | 705 tokens/s (oneDNN 1.20x; 1.00x on a 160-row layer, 10 sentences) |
-| AMD EPYC, AVX-512, native bf16, CPU family 26, one thread | 1,550 tokens/s; 246 GFLOP/s on 2048³ | 113 GFLOP/s |
+How much each path gains on which CPUs is measured in docs/benchmarks.md.
 """
 
 import logging
@@ -81,10 +74,8 @@ def _onednn_matmul_backward(ctx, grad):
 def _input_gradient(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """`grad @ weight`: `(rows, out)` x `(out, in)` -> `(rows, in)`, by oneDNN reading the transposed weight as a view.
 
-    oneDNN takes the weight as `(in, out)`; a transposed copy per call costs more than oneDNN gains at small batches,
-    where PyTorch's matmul used to take over, but the view needs no copy at any batch size: for 150 x 2100 x 900 (a
-    10-sentence batch) 254 GFLOP/s against 159 with the copy and 106 by PyTorch's matmul (AVX-512 EPYC, CPU family
-    26, one thread; docs/benchmarks.md).
+    oneDNN takes the weight as `(in, out)`: a transposed copy per call would cost more than oneDNN gains at small
+    batches, while the view needs no copy at any batch size (docs/benchmarks.md).
     """
     return _onednn_matmul(grad, weight.t())
 

@@ -268,8 +268,8 @@ class SLSTMEmbeddings(nn.Module):
         features `subword_ids`, `subword_attention_mask` and `subword_to_word` `(batch, subwords)` ->
         `(batch, seq, output_dim)`. Inputs of a feature the model does not have are ignored."""
         if (input_ids is None) == (inputs_embeds is None):
-            given = "both" if input_ids is not None else "neither"
-            raise ValueError(f"Pass exactly one of input_ids or inputs_embeds, got {given}")
+            passed = "both" if input_ids is not None else "neither"
+            raise ValueError(f"Pass exactly one of input_ids or inputs_embeds, got {passed}")
         if inputs_embeds is None:
             if input_ids.dim() != 2:
                 raise ValueError(f"input_ids must have shape (batch, seq), got {tuple(input_ids.shape)}")
@@ -306,9 +306,9 @@ class SLSTMEmbeddings(nn.Module):
     ) -> None:
         """Checks the three subword inputs against each other and against the words `word_embeds`
         `(batch, seq, ...)`."""
-        given = {"subword_ids": subword_ids, "subword_attention_mask": subword_attention_mask,
-                 "subword_to_word": subword_to_word}  # fmt: skip
-        missing = [name for name, value in given.items() if value is None]
+        subword_inputs = {"subword_ids": subword_ids, "subword_attention_mask": subword_attention_mask,
+                          "subword_to_word": subword_to_word}  # fmt: skip
+        missing = [name for name, value in subword_inputs.items() if value is None]
         if missing:
             raise ValueError(
                 "This model reads a pretrained encoder's word features (config.feature_encoder_config is set): pass "
@@ -316,7 +316,7 @@ class SLSTMEmbeddings(nn.Module):
                 f"SLSTMTokenizer built with a subword_tokenizer returns them; missing: {', '.join(missing)}"
             )
         batch, seq = word_embeds.shape[:2]
-        for name, value in given.items():
+        for name, value in subword_inputs.items():
             if value.dim() != 2 or value.shape != subword_ids.shape or value.shape[0] != batch:
                 raise ValueError(
                     f"{name} must have shape (batch, subwords) with batch = {batch} like the input and the shape of "
@@ -367,7 +367,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
 
     Args:
         config ([`SLSTMConfig`]): `hidden_size`, `word_representation_dim` (the word embedding plus the character
-            features), `window_size`, `num_sentence_nodes`,
+            and encoder features, when the config has them), `window_size`, `num_sentence_nodes`,
             `gate_normalization`, `context_independent_content`, `remove_output_gate`, `hidden_dropout` are read, and
             `step_implementation` at every call.
     """
@@ -381,11 +381,13 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         self.window_width = 2 * config.window_size + 1
         self.num_sentence_nodes = config.num_sentence_nodes
         self.num_normalized_gates = self.window_width + self.num_sentence_nodes + 1
-        self.has_output_gate = not config.remove_output_gate
-        self.has_recurrent_content = not config.context_independent_content
-        self.softmax_of_sigmoid = config.gate_normalization == "sigmoid_softmax"
-        self.num_context_blocks = self.num_normalized_gates + self.has_output_gate + self.has_recurrent_content
-        num_input_blocks = self.num_normalized_gates + self.has_output_gate + 1
+        self.remove_output_gate = config.remove_output_gate
+        self.context_independent_content = config.context_independent_content
+        self.sigmoid_softmax = config.gate_normalization == "sigmoid_softmax"
+        self.num_output_gates = 0 if config.remove_output_gate else 1
+        self.num_recurrent_contents = 0 if config.context_independent_content else 1
+        self.num_context_blocks = self.num_normalized_gates + self.num_output_gates + self.num_recurrent_contents
+        num_input_blocks = self.num_normalized_gates + self.num_output_gates + 1
 
         # Eq. 2: U x_i + b, W ξ_i, V g^{t-1}.
         self.word_input = SLSTMLinear(config.word_representation_dim, num_input_blocks * hidden)
@@ -396,7 +398,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
             self.word_sentence = SLSTMLinear(sentence_width, self.num_context_blocks * hidden, bias=False)
             # Eq. 3: f_g and o read g^{t-1} (all sentence nodes, so they exchange information) and the word mean;
             # the per-word forget gates f_i read g^{t-1} and h_i^{t-1}.
-            num_sentence_blocks = 1 + self.has_output_gate
+            num_sentence_blocks = 1 + self.num_output_gates
             self.sentence_gates = SLSTMLinear(sentence_width + hidden, num_sentence_blocks * sentence_width)
             self.word_forget_from_sentence = SLSTMLinear(sentence_width, sentence_width)
             self.word_forget_from_word = SLSTMLinear(hidden, sentence_width, bias=False)
@@ -413,7 +415,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
             content layer, the content `u_i` `(batch, seq, hidden)` (else `None`).
         """
         terms = self.word_input(inputs_embeds)  # (batch, seq, num_input_blocks * hidden)
-        if self.has_recurrent_content:
+        if not self.context_independent_content:
             return terms, None
         gate_terms, content = terms.split([self.num_context_blocks * self.hidden_size, self.hidden_size], dim=-1)
         return gate_terms.contiguous(), content
@@ -421,7 +423,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
     def gate_scores(self, pre_activations: torch.Tensor) -> torch.Tensor:
         """What the gate softmax normalises: the sigmoids of the pre-activations (the paper's) or, with
         `gate_normalization="softmax"`, the pre-activations themselves."""
-        return torch.sigmoid(pre_activations) if self.softmax_of_sigmoid else pre_activations
+        return torch.sigmoid(pre_activations) if self.sigmoid_softmax else pre_activations
 
     def normalize(self, scores: torch.Tensor, dim: int) -> torch.Tensor:
         """Softmax of `gate_scores` along `dim`: gates that sum to one. Float32 at least, so that low-precision
@@ -502,18 +504,18 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
 
         # Eq. 2's normalised gates (l_w … f … r_w, s_k, i) sum to one per hidden dimension; o and u are separate.
         gate_pre, output_pre, content_pre = pre.split(
-            [self.num_normalized_gates, int(self.has_output_gate), int(self.has_recurrent_content)], dim=2
+            [self.num_normalized_gates, self.num_output_gates, self.num_recurrent_contents], dim=2
         )  # (batch, seq, normalised gates | 1 or 0 | 1 or 0, hidden)
         gates = self.normalize(self.gate_scores(gate_pre), dim=2)  # (batch, seq, normalised gates, hidden)
 
-        content = torch.tanh(content_pre) if self.has_recurrent_content else input_content.unsqueeze(2)  # u_i
+        content = input_content.unsqueeze(2) if self.context_independent_content else torch.tanh(content_pre)  # u_i
         # What each normalised gate weighs, in the gates' order: c_{i-w} … c_{i+w}, c_g^{t-1} per node, u_i.
         gated_values = torch.cat(
             [neighbourhood(c, self.window_size), c_g.unsqueeze(1).expand(batch, seq, -1, -1), content], dim=2
         )  # (batch, seq, normalised gates, hidden)
         cells = (gates * gated_values).sum(2)  # c_i = Σ_k l/f/r_k ⊙ c_{i+k} + s ⊙ c_g + i ⊙ u_i: (batch, seq, hidden)
         states = torch.tanh(cells)
-        if self.has_output_gate:
+        if not self.remove_output_gate:
             states = torch.sigmoid(output_pre.squeeze(2)) * states  # o ⊙ tanh(c)
         # Padding and positions beyond the edges hold zero state, so they contribute nothing to neighbours.
         cells = cells.to(h.dtype) * mask
@@ -526,7 +528,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         the kernels cover the recurrent content only."""
         window_term, sentence_term = self.word_terms(h, g)
         return FusedWordUpdate.apply(
-            window_term, input_gate_terms, sentence_term, c, c_g, mask, self.window_size, self.softmax_of_sigmoid
+            window_term, input_gate_terms, sentence_term, c, c_g, mask, self.window_size, self.sigmoid_softmax
         )
 
     def sentence_terms(
@@ -555,7 +557,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         nodes = self.num_sentence_nodes
         gate_terms, sentence_forget, word_forget = self.sentence_terms(h, g, lengths)
         sentence_pre = gate_terms.view(batch, -1, nodes, hidden)  # W g + U h̄ + b: (batch, 1 + o, nodes, hidden)
-        keep_pre, output_pre = sentence_pre.split([1, int(self.has_output_gate)], dim=1)
+        keep_pre, output_pre = sentence_pre.split([1, self.num_output_gates], dim=1)
         sentence_forget = sentence_forget.view(batch, 1, nodes, hidden)  # W_f g + b_f
         word_pre = word_forget.view(batch, seq, nodes, hidden) + sentence_forget  # U_f h_i + W_f g + b_f
 
@@ -566,7 +568,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         gated_values = torch.cat([c.unsqueeze(2).expand(-1, -1, nodes, -1), c_g.unsqueeze(1)], dim=1)  # c_i, c_g
         cells = (weights * gated_values).sum(1)  # c_g = Σ_i f_i ⊙ c_i + f_g ⊙ c_g^{t-1}: (batch, nodes, hidden)
         states = torch.tanh(cells)
-        if self.has_output_gate:
+        if not self.remove_output_gate:
             states = torch.sigmoid(output_pre.squeeze(1)) * states  # o ⊙ tanh(c_g)
         return states.to(h.dtype), cells.to(h.dtype)
 
@@ -574,9 +576,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         """`update_sentence` (same arguments) with everything after the matmuls (the forget scores, their softmax over positions,
         the node update) in one Triton kernel forward and one backward (`FusedSentenceUpdate` of `triton_step.py`)."""
         gate_terms, sentence_forget, word_forget = self.sentence_terms(h, g, lengths)
-        return FusedSentenceUpdate.apply(
-            word_forget, sentence_forget, gate_terms, c, c_g, mask, self.softmax_of_sigmoid
-        )
+        return FusedSentenceUpdate.apply(word_forget, sentence_forget, gate_terms, c, c_g, mask, self.sigmoid_softmax)
 
 
 class SLSTMInitialStates(nn.Module):
@@ -1032,11 +1032,11 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
         self.classifier = SLSTMLinear(config.hidden_size, num_head_tags)
         self.crf = ConditionalRandomField(num_head_tags) if config.use_crf else None
         self.bioes = None
-        self.head_labels = None  # the labels that the BIOES map and the CRF constraints were built from
-        self.follow_labels()
+        self.head_built_for = None  # the label names that the BIOES map and the CRF constraints were built from
+        self.update_head_for_labels()
         self.post_init()
 
-    def follow_labels(self) -> None:
+    def update_head_for_labels(self) -> None:
         """Builds the BIOES map (`self.bioes`) and the CRF's constraints from the labels the config holds now.
 
         Called at construction and at the start of every `forward` (a no-op unless `config.id2label` changed): a model
@@ -1045,9 +1045,9 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
         constraints of its real labels, i.e. as the model that reloads.
         """
         labels = tuple(self.config.id2label[index] for index in range(self.num_labels))
-        if labels == self.head_labels:
+        if labels == self.head_built_for:
             return
-        self.head_labels = labels
+        self.head_built_for = labels
         self.bioes = BIOESLabelMap(labels) if self.uses_bioes and not are_placeholders(labels) else None
         if self.bioes is not None and len(self.bioes.tags) != self.classifier.out_features:
             raise ValueError(
@@ -1088,11 +1088,11 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
             `logits` `(batch, seq, num_labels)` (see the class docstring), `loss` when `labels` are given.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        self.follow_labels()
+        self.update_head_for_labels()
         if self.uses_bioes and self.bioes is None:
             raise ValueError(
                 "A BIOES head needs IOB2 labels (O, B-X, I-X for every type X) in config.id2label, got the "
-                f"placeholders {list(self.head_labels)}: set config.id2label and config.label2id first"
+                f"placeholders {list(self.head_built_for)}: set config.id2label and config.label2id first"
             )
         outputs = self.base_model(
             input_ids=input_ids,
@@ -1106,7 +1106,7 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
             return_dict=True,
         )
         emissions = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, head tags)
-        head_labels = None
+        head_tag_ids = None  # the gold tags in the head's scheme (BIOES for a BIOES head)
         if labels is not None:
             if labels.shape != emissions.shape[:2]:
                 raise ValueError(
@@ -1114,21 +1114,21 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
                     f"got {tuple(labels.shape)}"
                 )
             check_values_in_range(labels, self.num_labels, "labels", "num_labels", ignore_index=IGNORE_INDEX)
-            head_labels = labels if self.bioes is None else bioes_gold_tags(labels, self.bioes)  # (batch, seq)
+            head_tag_ids = labels if self.bioes is None else bioes_gold_tags(labels, self.bioes)  # (batch, seq)
 
         loss = None
         if self.crf is None:
             if labels is not None:
                 # transformers' token-classification loss (its `ForTokenClassification` assumes num_labels columns).
                 flat_emissions = emissions.flatten(0, 1).float()  # (batch * seq, head tags)
-                loss = fixed_cross_entropy(flat_emissions, head_labels.flatten(), **kwargs)
+                loss = fixed_cross_entropy(flat_emissions, head_tag_ids.flatten(), **kwargs)
             scores, combine = emissions, torch.logaddexp
             if self.bioes is not None:
                 scores = nn.functional.log_softmax(emissions.float(), dim=-1)  # (batch, seq, head tags)
         else:
             if labels is not None:
-                chain = (head_labels != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
-                loss = self.crf(emissions, head_labels, chain, reduction="mean")
+                chain = (head_tag_ids != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
+                loss = self.crf(emissions, head_tag_ids, chain, reduction="mean")
             else:
                 chain = crf_inference_chain(input_ids, real_token_mask(attention_mask, emissions), self.config)
             scores, combine = self.crf.max_marginals(emissions, chain), torch.maximum  # (batch, seq, head tags)

@@ -5,8 +5,10 @@ edits).
 - `run_ner.py`, `run_classification.py`: the training entry points (`python`, `accelerate launch`, `torchrun`);
   `demo.sh` (the README demo) and `paper_runs.py` (the paper runs, their seeds and the classification dev study of
   docs/results.md: one recipe, resumable, with their results tables) drive them.
-- `training/`: what the entry points share: command-line arguments, data files and splits, model and tokenizer
-  set-up, the `Trainer` subclass.
+- `training/`: what the entry points share: command-line arguments (`arguments.py`) and a fresh model's training
+  recipe (`recipe.py`), data files and splits (`data.py`), logging (`logging_setup.py`), the model and tokenizer
+  (`model_setup.py`, with `feature_encoder.py`), resuming (`checkpoints.py`), the `Trainer` subclass (`trainer.py`)
+  with its samplers (`samplers.py`) and model card (`model_card.py`).
 - `utilities/`: tag raw text, export to ONNX, prepare data, rescore predictions, summarise a run, plot weighted sums,
   the most-frequent-tag baseline.
 - `benchmarks/`: measurements: speed, training throughput, feature-encoder cost, long documents, and the plain

@@ -159,7 +159,7 @@ class Run:
 
     def model_arguments(self, feature_encoder: str) -> list[str]:
         if self.pretrained_encoder:
-            from run_scripts.training.model_setup import resolve_feature_encoder
+            from run_scripts.training.feature_encoder import resolve_feature_encoder
 
             return ["--model_name_or_path", resolve_feature_encoder(feature_encoder), "--num_train_epochs", "3",
                     "--per_device_train_batch_size", "32", "--learning_rate", "5e-5"]  # fmt: skip

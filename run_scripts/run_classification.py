@@ -29,20 +29,15 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from sklearn.metrics import accuracy_score, f1_score
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, set_seed
 
 from run_scripts.training import data, gpu_batching
 from run_scripts.training.arguments import DataArguments, parse_training_arguments
-from run_scripts.training.model_setup import (
-    apply_training_recipe,
-    build_fresh_model,
-    load_checkpoint,
-    load_fresh_config,
-    resume_checkpoint,
-    setup_logging,
-    uses_char_features,
-)
+from run_scripts.training.checkpoints import resume_checkpoint
+from run_scripts.training.logging_setup import setup_logging
+from run_scripts.training.model_setup import build_fresh_model, load_checkpoint, load_fresh_config, uses_char_features
 from run_scripts.training.threads import apply_thread_setting
 from run_scripts.training.trainer import SLSTMTrainer
 
@@ -65,70 +60,56 @@ class ClassificationDataArguments(DataArguments):
             super().__post_init__()
 
 
-class ClassificationMetrics:
-    """`compute_metrics` for the Trainer: accuracy and macro-F1 (scikit-learn's, over the classes present in the gold
-    or predicted labels), computed on the label names as `test_predictions.tsv` holds them, so that scikit-learn on
-    that file gives exactly the reported numbers (macro-F1 averages the classes in the order of their names).
+def classification_metrics(gold: list[str], predicted: list[str]) -> dict:
+    """Accuracy and macro-F1 (scikit-learn's, over the classes present in the gold or predicted labels) of label
+    names as `test_predictions.tsv` holds them, so that scikit-learn on that file gives exactly the reported numbers
+    (macro-F1 averages the classes in the order of their names)."""
+    return {
+        "accuracy": float(accuracy_score(gold, predicted)),
+        "macro_f1": float(f1_score(gold, predicted, average="macro", zero_division=0)),
+    }
 
-    Args:
-        label_list (`list[str]`): the model's labels, in id order.
-    """
 
-    def __init__(self, label_list: list[str]):
-        self.label_list = label_list
-
-    def __call__(self, eval_prediction) -> dict:
-        logits, labels = eval_prediction.predictions, eval_prediction.label_ids
-        if isinstance(logits, tuple):
-            logits = logits[0]
-        predictions = logits.argmax(-1) if logits.ndim == 2 else logits
-        return self.score(self.names(labels), self.names(predictions))
-
-    def names(self, ids) -> list[str]:
-        return [self.label_list[int(index)] for index in ids]
-
-    @staticmethod
-    def score(gold: list[str], predicted: list[str]) -> dict:
-        return {
-            "accuracy": float(accuracy_score(gold, predicted)),
-            "macro_f1": float(f1_score(gold, predicted, average="macro", zero_division=0)),
-        }
+def predicted_ids(logits) -> np.ndarray:
+    """The predicted class of each example from the model's logits `(examples, classes)` (the first of a tuple)."""
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    return logits.argmax(-1) if logits.ndim == 2 else logits
 
 
 def main():
     # Arguments, logging, seed.
-    model_args, data_args, training_args, given = parse_training_arguments(ClassificationDataArguments)
+    model_args, data_args, training_args, training_recipe = parse_training_arguments(ClassificationDataArguments)
     setup_logging(training_args, ("__main__", "run_classification"))
     apply_thread_setting(training_args.threads)
+    if training_recipe is not None:
+        logger.info(training_recipe.describe())
     set_seed(training_args.seed)
 
     # Data: texts with their labels, by split.
     if data_args.rt_polarity_dir:
-        raw = data.read_rt_polarity(data_args.rt_polarity_dir, seed=data_args.split_seed)
+        splits = data.read_rt_polarity(data_args.rt_polarity_dir, seed=data_args.split_seed)
     else:
-        raw = data.load_raw_splits(
+        splits = data.load_splits(
             data_args, "sequence", lambda path: data.read_text_label_file(path, data_args.file_encoding)
         )
-    raw = data.truncate_splits(raw, data_args)
-    if training_args.do_train and "train" not in raw:
+    splits = data.truncate_splits(splits, data_args)
+    if training_args.do_train and "train" not in splits:
         raise ValueError("--do_train needs training data (--train_file, --dataset_name or --rt_polarity_dir)")
 
-    # Model: a saved checkpoint with its labels, or a fresh one from a config with the config's training recipe.
-    training_recipe = {}
-    label_splits = raw.values() if data_args.include_eval_labels or "train" not in raw else [raw["train"]]
+    # Model: a saved checkpoint with its labels, or a fresh one from a config.
+    label_splits = splits.values() if data_args.include_eval_labels or "train" not in splits else [splits["train"]]
     data_labels = sorted({e["label"] for split in label_splits for e in split})
     if model_args.model_name_or_path:
         tokenizer, model = load_checkpoint(model_args, AutoModelForSequenceClassification, lambda: data_labels)
         label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
     else:
-        if "train" not in raw:
+        if "train" not in splits:
             raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
         label_list = data_labels
-        config, recipe = load_fresh_config(model_args)
-        source = model_args.config_name or "the default SLSTMConfig"
-        training_recipe = apply_training_recipe(training_args, given, config, recipe, source)
-        eval_words = [e["text"].split() for split in ("validation", "test") if split in raw for e in raw[split]]
-        train_words = [e["text"].split() for e in raw["train"]]
+        config = load_fresh_config(model_args)
+        eval_words = [e["text"].split() for split in ("validation", "test") if split in splits for e in splits[split]]
+        train_words = [e["text"].split() for e in splits["train"]]
         tokenizer, model = build_fresh_model(
             model_args,
             config,
@@ -139,22 +120,29 @@ def main():
         )
     max_length = data_args.max_seq_length
     logger.info(f"Examples are cut at --max_seq_length {max_length} tokens (<s> and </s> included)")
-    logger.info(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in raw.items()} }")
+    logger.info(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in splits.items()} }")
 
     # Preprocessing: every label known to the model, words to token ids.
-    check_splits = dict(raw)
-    if model_args.model_name_or_path and "train" in raw:
-        check_splits["validation"] = raw["train"] + raw.get("validation", [])
+    check_splits = dict(splits)
+    if model_args.model_name_or_path and "train" in splits:
+        check_splits["validation"] = splits["train"] + splits.get("validation", [])
     data.check_labels_known(check_splits, label_list, "label", sequence=False)
     label2id = {label: index for index, label in enumerate(label_list)}
-    char_ids = uses_char_features(model.config)  # else the tokenizer's char_ids are dropped
-    processed = {
-        split: tokenize(split, examples, tokenizer, label2id, max_length, training_args, char_ids)
-        for split, examples in raw.items()
-    }
+
+    def tokenize(examples):
+        """Whitespace-split words to token ids (as the vocabulary was built), and the label's id."""
+        return data.tokenize_texts(examples, tokenizer, label2id, max_length)
+
+    processed = data.tokenize_splits(splits, tokenize, training_args, uses_char_features(model.config))
+    for split, dataset in processed.items():
+        warn_if_truncated(split, splits[split], dataset, max_length)
+
+    def compute_metrics(eval_prediction):
+        gold = [label_list[int(index)] for index in eval_prediction.label_ids]
+        predicted = [label_list[int(index)] for index in predicted_ids(eval_prediction.predictions)]
+        return classification_metrics(gold, predicted)
 
     source = data_args.rt_polarity_dir or data_args.dataset_name or data_args.train_file
-    metrics = ClassificationMetrics(label_list)
     trainer = SLSTMTrainer(
         model=model,
         args=training_args,
@@ -162,14 +150,14 @@ def main():
         eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         data_collator=gpu_batching.data_collator(DataCollatorWithPadding, tokenizer, training_args),
-        compute_metrics=metrics,
+        compute_metrics=compute_metrics,
         model_card={
             "pipeline_tag": "text-classification",
             "auto_class": "AutoModelForSequenceClassification",
             "task_description": "sentence classification",
-            "training_data": f"{source} ({', '.join(f'{s} {len(e):,} examples' for s, e in raw.items())})",
+            "training_data": f"{source} ({', '.join(f'{s} {len(e):,} examples' for s, e in splits.items())})",
             "usage_example": USAGE,
-            "training_recipe": training_recipe,
+            "training_recipe": training_recipe.applied if training_recipe is not None else {},
         },
     )
 
@@ -192,7 +180,9 @@ def main():
         trainer.report_metrics("test", output.metrics, len(processed["test"]))
         if trainer.is_world_process_zero():
             write_predictions(
-                Path(training_args.output_dir), raw["test"], metrics.names(output.predictions.argmax(-1))
+                Path(training_args.output_dir),
+                splits["test"],
+                [label_list[int(index)] for index in predicted_ids(output.predictions)],
             )
 
     # Model card, and the upload with --push_to_hub.
@@ -203,28 +193,13 @@ def main():
     trainer.end()
 
 
-def tokenize(
-    split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args, char_ids: bool
-):
-    """One split tokenised (whitespace-split words) with label ids; examples over `max_length` tokens, or over the
-    feature encoder's subword limit, are truncated."""
-    tokenized = data.tokenize_split(
-        split,
-        examples,
-        data.tokenize_texts,
-        training_args,
-        char_ids=char_ids,
-        tokenizer=tokenizer,
-        label2id=label2id,
-        max_length=max_length,
-    )
-    truncated = data.count_truncated((len(e["text"].split()) for e in examples), tokenized["length"])
+def warn_if_truncated(split: str, examples: list[dict], tokenized, max_length: int) -> None:
+    truncated = data.count_truncated((len(e["text"].split()) for e in examples), map(len, tokenized["input_ids"]))
     if truncated:
         logger.warning(
             f"{split}: {truncated} example(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
             "included) or than the feature encoder's subword limit are truncated"
         )
-    return tokenized
 
 
 def write_predictions(output_dir: Path, test_examples: list[dict], predicted_labels: list[str]) -> None:

@@ -37,8 +37,9 @@ from pathlib import Path
 import numpy as np
 from seqeval.metrics import classification_report
 from seqeval.scheme import IOB2
-from transformers import AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
+from transformers import AutoConfig, AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
 
+from modeling_slstm.modeling_slstm import are_placeholders
 from modeling_slstm.tag_schemes import (
     convert_tag_sequence,
     detect_tag_scheme,
@@ -48,15 +49,9 @@ from modeling_slstm.tag_schemes import (
 )
 from run_scripts.training import data, gpu_batching
 from run_scripts.training.arguments import DataArguments, parse_training_arguments
-from run_scripts.training.model_setup import (
-    apply_training_recipe,
-    build_fresh_model,
-    load_checkpoint,
-    load_fresh_config,
-    resume_checkpoint,
-    setup_logging,
-    uses_char_features,
-)
+from run_scripts.training.checkpoints import resume_checkpoint
+from run_scripts.training.logging_setup import setup_logging
+from run_scripts.training.model_setup import build_fresh_model, load_checkpoint, load_fresh_config, uses_char_features
 from run_scripts.training.threads import apply_thread_setting
 from run_scripts.training.trainer import SLSTMTrainer
 
@@ -120,67 +115,95 @@ def ordered_labels(labels) -> list[str]:
     return sorted(labels, key=lambda l: (l != "O", parsed[l][1] or "", prefix_order.get(parsed[l][0], -1)))
 
 
-class TokenMetrics:
-    """`compute_metrics` for the Trainer, and the scorer of the written test predictions: token accuracy always and,
-    for span tags, entity-level seqeval scores (overall and per type).
-
-    Span tags are scored on their IOB2 form (converted from the training scheme, as `test_predictions.txt` holds
-    them), so that seqeval on that file gives exactly the reported numbers, whatever the training scheme.
+@dataclass(frozen=True)
+class TagSchemes:
+    """The span schemes of a run (`IOB1`, `IOB2`, `BIOES`), decided once by `decide_tag_schemes`; all `None` for tags
+    that are not spans (POS).
 
     Args:
-        id2label (`dict[int, str]`): the model's labels by id.
-        scheme (`str`, *optional*): the training scheme of span tags (`IOB1`, `IOB2`, `BIOES`); `None` for tags that
-            are not spans (token accuracy only).
-        strict (`bool`): seqeval's strict mode (scheme IOB2) instead of its default, conlleval-compatible mode.
-        per_type (`bool`): also report precision/recall/F1 and support per entity type.
+        data (`str`): the scheme of the data files, in which `predictions.txt` is written.
+        labels (`str`): the scheme of the model's labels (`id2label`), which the data is converted to. A fresh
+            model trained in BIOES keeps IOB2 labels, which `pipeline("token-classification")` groups correctly.
+        head (`str`): the scheme the head trains and decodes in: BIOES for a `head_tag_scheme="BIOES"` head (IOB2
+            labels), else `labels`.
     """
 
-    def __init__(self, id2label: dict[int, str], scheme: str | None, strict: bool, per_type: bool):
-        self.id2label = id2label
-        self.scheme = scheme
-        self.strict = strict
-        self.per_type = per_type
+    data: str | None = None
+    labels: str | None = None
+    head: str | None = None
 
-    def decode(self, predictions: np.ndarray, labels: np.ndarray):
-        """Tag sequences of the labelled positions (label != -100) of each example."""
-        gold, predicted = [], []
-        for prediction_row, label_row in zip(predictions, labels):
-            keep = label_row != data.IGNORE_INDEX
-            gold.append([self.id2label[int(i)] for i in label_row[keep]])
-            predicted.append([self.id2label[int(i)] for i in prediction_row[keep]])
-        return gold, predicted
+    @property
+    def span_task(self) -> bool:
+        return self.data is not None
 
-    def to_iob2(self, tags: list[str]) -> list[str]:
-        """Training-scheme tags in the form they are scored and written in: IOB2 for span tags, else unchanged."""
-        return convert(tags, self.scheme, "IOB2")
 
-    def __call__(self, eval_prediction) -> dict:
-        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
-        if predictions.ndim == 3:
-            predictions = predictions.argmax(-1)
-        gold, predicted = self.decode(predictions, labels)
-        return self.score([self.to_iob2(tags) for tags in gold], [self.to_iob2(tags) for tags in predicted])
+def decide_tag_schemes(splits: dict, data_args, checkpoint_config) -> TagSchemes:
+    """The run's `TagSchemes`, from the data, --data_tag_scheme, --tag_scheme and, when continuing from a
+    checkpoint with labels (`checkpoint_config`), the checkpoint's labels and head: a --tag_scheme that differs from
+    them is an error rather than data the model's labels cannot hold."""
+    span_task = is_span_labels(example["tags"] for split in splits.values() for example in split)
+    if not span_task:
+        if data_args.tag_scheme:
+            raise ValueError(f"--tag_scheme {data_args.tag_scheme} given but the labels are not span tags (e.g. POS)")
+        return TagSchemes()
+    if data_args.data_tag_scheme:
+        data_scheme = normalize_scheme_name(data_args.data_tag_scheme)
+    else:
+        reference = splits["train"] if "train" in splits else next(iter(splits.values()))
+        data_scheme = detect_tag_scheme(example["tags"] for example in reference)
+    requested = normalize_scheme_name(data_args.tag_scheme) if data_args.tag_scheme else None
+    if checkpoint_config is None:
+        # IOB1 label sets look like IOB2 ones, so the CRF's IOB2 constraints would forbid IOB1's entity-opening I-
+        # tags: train in IOB2 (predictions.txt is converted back to IOB1).
+        head = requested or ("IOB2" if data_scheme == "IOB1" else data_scheme)
+        return TagSchemes(data_scheme, "IOB2" if head == "BIOES" else head, head)
+    labels = [checkpoint_config.id2label[index] for index in range(checkpoint_config.num_labels)]
+    if are_placeholders(tuple(labels)):  # a pretrained encoder: a new head for the data's labels
+        label_scheme = requested or "IOB2"
+        return TagSchemes(data_scheme, label_scheme, label_scheme)
+    label_scheme = label_set_scheme(labels) or data_scheme
+    head = "BIOES" if getattr(checkpoint_config, "head_tag_scheme", None) == "BIOES" else label_scheme
+    if requested is not None and requested != head:
+        raise ValueError(
+            f"--tag_scheme {requested} given, but {checkpoint_config.name_or_path} trains in {head}: leave "
+            "--tag_scheme out when continuing from a checkpoint, or train a fresh model"
+        )
+    return TagSchemes(data_scheme, label_scheme, head)
 
-    def score(self, gold: list[list[str]], predicted: list[list[str]]) -> dict:
-        """The metrics of tag sequences already in their scored form (`to_iob2`), e.g. the rows of
-        `test_predictions.txt`."""
-        n_tokens = sum(len(tags) for tags in gold)
-        correct = sum(g == p for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps))
-        metrics = {"accuracy": correct / n_tokens if n_tokens else 0.0}
-        if self.scheme is None:
-            return metrics
-        mode_kwargs = {"mode": "strict", "scheme": IOB2} if self.strict else {}
-        report = classification_report(gold, predicted, output_dict=True, zero_division=0, **mode_kwargs)
-        overall = report["micro avg"]
-        metrics.update(precision=overall["precision"], recall=overall["recall"], f1=overall["f1-score"])
-        if self.per_type:
-            for entity_type, scores in report.items():
-                if entity_type.endswith(" avg"):
-                    continue
-                for name, key in (("precision", "precision"), ("recall", "recall"), ("f1", "f1-score")):
-                    metrics[f"{entity_type}_{name}"] = scores[key]
-                metrics[f"{entity_type}_number"] = int(scores["support"])
+
+def decode_tags(predictions: np.ndarray, label_ids: np.ndarray, label_list: list[str]):
+    """`(gold, predicted)`: the tag sequences of the labelled positions (label != -100) of each example."""
+    gold, predicted = [], []
+    for prediction_row, label_row in zip(predictions, label_ids):
+        keep = label_row != data.IGNORE_INDEX
+        gold.append([label_list[int(i)] for i in label_row[keep]])
+        predicted.append([label_list[int(i)] for i in prediction_row[keep]])
+    return gold, predicted
+
+
+def score_tags(gold: list[list[str]], predicted: list[list[str]], span_task: bool, strict: bool, per_type: bool):
+    """Token accuracy always and, for span tags, entity-level seqeval precision/recall/F1 (overall and, with
+    `per_type`, per entity type) of tag sequences in their scored form: IOB2 for span tags (converted from the
+    scheme of the labels, as `test_predictions.txt` holds them, so that seqeval on that file gives exactly these
+    numbers), else as they are. `strict`: seqeval's strict mode (scheme IOB2) instead of its default,
+    conlleval-compatible one."""
+    n_tokens = sum(len(tags) for tags in gold)
+    correct = sum(g == p for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps))
+    metrics = {"accuracy": correct / n_tokens if n_tokens else 0.0}
+    if not span_task:
         return metrics
+    mode_kwargs = {"mode": "strict", "scheme": IOB2} if strict else {}
+    report = classification_report(gold, predicted, output_dict=True, zero_division=0, **mode_kwargs)
+    overall = report["micro avg"]
+    metrics.update(precision=overall["precision"], recall=overall["recall"], f1=overall["f1-score"])
+    if per_type:
+        for entity_type, scores in report.items():
+            if entity_type.endswith(" avg"):
+                continue
+            for name, key in (("precision", "precision"), ("recall", "recall"), ("f1", "f1-score")):
+                metrics[f"{entity_type}_{name}"] = scores[key]
+            metrics[f"{entity_type}_number"] = int(scores["support"])
+    return metrics
 
 
 def argmax_logits(logits, labels):
@@ -192,87 +215,87 @@ def argmax_logits(logits, labels):
 
 def main():
     # Arguments, logging, seed.
-    model_args, data_args, training_args, given = parse_training_arguments(NERDataArguments)
+    model_args, data_args, training_args, training_recipe = parse_training_arguments(NERDataArguments)
     setup_logging(training_args, ("__main__", "run_ner"))
     apply_thread_setting(training_args.threads)
+    if training_recipe is not None:
+        logger.info(training_recipe.describe())
     set_seed(training_args.seed)
 
-    # Data: sentences as words and tags, by split.
-    raw = data.truncate_splits(load_raw_splits(data_args), data_args)
-    if training_args.do_train and "train" not in raw:
+    # Data: sentences as words and tags, by split, and the tag schemes of the data, the labels and the head.
+    splits = data.truncate_splits(load_splits(data_args), data_args)
+    if training_args.do_train and "train" not in splits:
         raise ValueError("--do_train needs --train_file or --dataset_name with a train split")
-    span_task = is_span_labels(example["tags"] for split in raw.values() for example in split)
-    data_scheme, train_scheme = tag_schemes(raw, data_args, span_task, continuing=bool(model_args.model_name_or_path))
-
-    # Model: a saved checkpoint with its labels, or a fresh one from a config with the config's training recipe.
-    training_recipe = {}
-    # `label_scheme`: the scheme of the model's labels (`id2label`), which the data is converted to. A fresh model
-    # trained in BIOES keeps IOB2 labels, which `pipeline("token-classification")` groups correctly, and trains and
-    # decodes in BIOES inside its head (`head_tag_scheme`).
+    checkpoint_config = None
     if model_args.model_name_or_path:
-        # A pretrained encoder without task labels gets a head for the data's labels (spans in --tag_scheme, else
-        # IOB2), from the training data when there is some.
-        def data_labels() -> list[str]:
-            include_eval = data_args.include_eval_labels or "train" not in raw
-            scheme = (train_scheme or "IOB2") if span_task else None
-            return fresh_label_list(raw, include_eval, data_scheme, scheme, span_task)
-
-        tokenizer, model = load_checkpoint(model_args, AutoModelForTokenClassification, data_labels)
-        label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
-        label_scheme = (label_set_scheme(label_list) or data_scheme) if span_task else None
-        train_scheme = check_continued_scheme(train_scheme, label_scheme, model.config, model_args.model_name_or_path)
-    else:
-        if "train" not in raw:
-            raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
-        label_scheme = "IOB2" if train_scheme == "BIOES" else train_scheme
-        label_list = fresh_label_list(raw, data_args.include_eval_labels, data_scheme, label_scheme, span_task)
-        config, recipe = load_fresh_config(model_args)
-        if train_scheme == "BIOES":
-            config.head_tag_scheme = "BIOES"
-        if train_scheme == "IOB1":
-            config.crf_constraints = False  # the CRF's constraints are IOB2/BIOES ones; IOB1 opens entities with I-
-        source = model_args.config_name or "the default SLSTMConfig"
-        training_recipe = apply_training_recipe(training_args, given, config, recipe, source)
-        eval_words = [e["tokens"] for split in ("validation", "test") if split in raw for e in raw[split]]
-        train_words = [e["tokens"] for e in raw["train"]]
-        tokenizer, model = build_fresh_model(
-            model_args,
-            config,
-            AutoModelForTokenClassification,
-            label_list,
-            train_words,
-            eval_words,
+        checkpoint_config = AutoConfig.from_pretrained(
+            model_args.model_name_or_path, trust_remote_code=model_args.trust_remote_code
         )
+    schemes = decide_tag_schemes(splits, data_args, checkpoint_config)
+
+    # Model: a saved checkpoint with its labels (a pretrained encoder gets a head for the data's labels, from the
+    # training data when there is some), or a fresh one from a config.
+    if model_args.model_name_or_path:
+        include_eval = data_args.include_eval_labels or "train" not in splits
+        tokenizer, model = load_checkpoint(
+            model_args, AutoModelForTokenClassification, lambda: fresh_label_list(splits, include_eval, schemes)
+        )
+    else:
+        if "train" not in splits:
+            raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
+        config = load_fresh_config(model_args)
+        if schemes.head == "BIOES":
+            config.head_tag_scheme = "BIOES"
+        if schemes.head == "IOB1":
+            config.crf_constraints = False  # the CRF's constraints are IOB2/BIOES ones; IOB1 opens entities with I-
+        eval_words = [e["tokens"] for split in ("validation", "test") if split in splits for e in splits[split]]
+        train_words = [e["tokens"] for e in splits["train"]]
+        label_list = fresh_label_list(splits, data_args.include_eval_labels, schemes)
+        tokenizer, model = build_fresh_model(
+            model_args, config, AutoModelForTokenClassification, label_list, train_words, eval_words
+        )
+    label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
     max_length = data_args.max_seq_length
     logger.info(f"Examples are cut at --max_seq_length {max_length} tokens (<s> and </s> included)")
     logger.info(
-        f"Task: {'span tagging' if span_task else 'tagging (accuracy)'}; data scheme {data_scheme}, training scheme "
-        f"{train_scheme}; {len(label_list)} labels ({label_scheme}): {label_list}"
+        f"Task: {'span tagging' if schemes.span_task else 'tagging (accuracy)'}; data scheme {schemes.data}, "
+        f"training scheme {schemes.head}; {len(label_list)} labels ({schemes.labels}): {label_list}"
     )
 
     # Preprocessing: tags in the scheme of the model's labels, every label known to the model, words to token ids.
     converted = {
-        split: [{"tokens": e["tokens"], "tags": convert(e["tags"], data_scheme, label_scheme)} for e in examples]
-        for split, examples in raw.items()
+        split: [{"tokens": e["tokens"], "tags": in_scheme(e["tags"], schemes.data, schemes.labels)} for e in examples]
+        for split, examples in splits.items()
     }
     check_splits = dict(converted)
     if model_args.model_name_or_path and "train" in converted:
         check_splits["validation"] = converted["train"] + converted.get("validation", [])
     data.check_labels_known(check_splits, label_list, "tags", sequence=True)
     label2id = {label: index for index, label in enumerate(label_list)}
-    char_ids = uses_char_features(model.config)  # else the tokenizer's char_ids are dropped
-    processed = {
-        split: tokenize(split, examples, tokenizer, label2id, max_length, training_args, char_ids)
-        for split, examples in converted.items()
-    }
 
-    metrics = TokenMetrics(
-        dict(enumerate(label_list)),
-        label_scheme,
-        data_args.strict_metrics,
-        data_args.return_entity_level_metrics,
-    )
-    task_name = "named-entity recognition / chunking" if span_task else "token tagging (e.g. POS)"
+    def tokenize(examples):
+        """Words to token ids, each word's tag on its first token (-100 on `<s>`, `</s>` and continuations)."""
+        return data.tokenize_and_align_labels(examples, tokenizer, label2id, max_length)
+
+    processed = data.tokenize_splits(converted, tokenize, training_args, uses_char_features(model.config))
+    for split, examples in converted.items():
+        warn_if_truncated(split, examples, processed[split], max_length)
+
+    def scored_form(tag_sequences):
+        """Tags as they are scored and written: IOB2 for span tags, else unchanged."""
+        return [in_scheme(tags, schemes.labels, "IOB2") for tags in tag_sequences]
+
+    def compute_metrics(eval_prediction):
+        gold, predicted = decode_tags(eval_prediction.predictions, eval_prediction.label_ids, label_list)
+        return score_tags(
+            scored_form(gold),
+            scored_form(predicted),
+            schemes.span_task,
+            data_args.strict_metrics,
+            data_args.return_entity_level_metrics,
+        )
+
+    task_name = "named-entity recognition / chunking" if schemes.span_task else "token tagging (e.g. POS)"
     trainer = SLSTMTrainer(
         model=model,
         args=training_args,
@@ -280,17 +303,17 @@ def main():
         eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         data_collator=gpu_batching.data_collator(DataCollatorForTokenClassification, tokenizer, training_args),
-        compute_metrics=metrics,
+        compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=argmax_logits,
         model_card={
             "pipeline_tag": "token-classification",
             "auto_class": "AutoModelForTokenClassification",
-            "task_description": f"{task_name}, {label_scheme} labels, trained in {train_scheme}"
-            if span_task
+            "task_description": f"{task_name}, {schemes.labels} labels, trained in {schemes.head}"
+            if schemes.span_task
             else task_name,
-            "training_data": describe_data(data_args, raw),
+            "training_data": describe_data(data_args, splits),
             "usage_example": USAGE,
-            "training_recipe": training_recipe,
+            "training_recipe": training_recipe.applied if training_recipe is not None else {},
         },
     )
 
@@ -310,13 +333,19 @@ def main():
     # Prediction: the test metrics are those of the written sentences (all their words, see write_predictions).
     if training_args.do_predict and "test" in processed:
         output = trainer.predict(processed["test"], metric_key_prefix="test")
-        _, predicted_tags = metrics.decode(output.predictions, output.label_ids)
-        sentences = prediction_rows(raw["test"], predicted_tags, data_scheme, label_scheme)
-        scores = metrics.score([gold for _, gold, _ in sentences], [predicted for _, _, predicted in sentences])
+        _, predicted_tags = decode_tags(output.predictions, output.label_ids, label_list)
+        sentences = prediction_rows(splits["test"], predicted_tags, schemes)
+        scores = score_tags(
+            [gold for _, gold, _ in sentences],
+            [predicted for _, _, predicted in sentences],
+            schemes.span_task,
+            data_args.strict_metrics,
+            data_args.return_entity_level_metrics,
+        )
         output.metrics.update({f"test_{name}": value for name, value in scores.items()})
         trainer.report_metrics("test", output.metrics, len(processed["test"]))
         if trainer.is_world_process_zero():
-            write_predictions(Path(training_args.output_dir), sentences, raw["test"], label_scheme, data_scheme)
+            write_predictions(Path(training_args.output_dir), sentences, splits["test"], schemes)
 
     # Model card, and the upload with --push_to_hub.
     if training_args.push_to_hub:
@@ -326,7 +355,7 @@ def main():
     trainer.end()
 
 
-def load_raw_splits(data_args) -> dict[str, list[dict]]:
+def load_splits(data_args) -> dict[str, list[dict]]:
     """The splits as `{"tokens": [...], "tags": [...]}` sentences; an integer --label_column_name is a CoNLL column."""
     label_column = data_args.conll_label_column
     if data_args.label_column_name and data_args.label_column_name.lstrip("-").isdigit():
@@ -335,102 +364,53 @@ def load_raw_splits(data_args) -> dict[str, list[dict]]:
     def read_conll(path):
         return data.read_conll(path, data_args.conll_token_column, label_column)
 
-    return data.load_raw_splits(data_args, "token", read_conll)
+    return data.load_splits(data_args, "token", read_conll)
 
 
-def tag_schemes(raw: dict, data_args, span_task: bool, continuing: bool) -> tuple[str | None, str | None]:
-    """`(data_scheme, train_scheme)`: the data's span scheme (for predictions.txt) and the one the model trains in
-    (its labels), `None` for tags that are not spans. When continuing from a checkpoint without --tag_scheme, the
-    training scheme is `None` here: the checkpoint's labels decide it."""
-    if not span_task:
-        if data_args.tag_scheme:
-            raise ValueError(f"--tag_scheme {data_args.tag_scheme} given but the labels are not span tags (e.g. POS)")
-        return None, None
-    if data_args.data_tag_scheme:
-        data_scheme = normalize_scheme_name(data_args.data_tag_scheme)
-    else:
-        reference = raw["train"] if "train" in raw else next(iter(raw.values()))
-        data_scheme = detect_tag_scheme(example["tags"] for example in reference)
-    if data_args.tag_scheme:
-        return data_scheme, normalize_scheme_name(data_args.tag_scheme)
-    if continuing:
-        return data_scheme, None
-    # IOB1 label sets look like IOB2 ones, so the CRF's IOB2 constraints would forbid IOB1's entity-opening I- tags:
-    # train in IOB2 (predictions.txt is converted back to IOB1).
-    return data_scheme, "IOB2" if data_scheme == "IOB1" else data_scheme
-
-
-def check_continued_scheme(train_scheme, label_scheme, config, checkpoint: str) -> str | None:
-    """The scheme a loaded checkpoint trains in (BIOES inside a `head_tag_scheme="BIOES"` head, else its labels');
-    a --tag_scheme that differs is an error rather than data the model's labels cannot hold."""
-    model_scheme = "BIOES" if getattr(config, "head_tag_scheme", None) == "BIOES" else label_scheme
-    if train_scheme is not None and train_scheme != model_scheme:
-        raise ValueError(
-            f"--tag_scheme {train_scheme} given, but {checkpoint} trains in {model_scheme}: leave --tag_scheme out "
-            "when continuing from a checkpoint, or train a fresh model"
-        )
-    return model_scheme
-
-
-def fresh_label_list(raw: dict, include_eval_labels: bool, data_scheme, label_scheme, span_task: bool) -> list[str]:
-    """The labels of a fresh model in id order: those of the training data (all splits with --include_eval_labels)
+def fresh_label_list(splits: dict, include_eval_labels: bool, schemes: TagSchemes) -> list[str]:
+    """The labels of a new head in id order: those of the training data (all splits with --include_eval_labels)
     in the scheme of the labels, completed to every prefix of each entity type for span tags."""
-    label_splits = raw.values() if include_eval_labels else [raw["train"]]
-    tags = [tag for split in label_splits for e in split for tag in convert(e["tags"], data_scheme, label_scheme)]
+    label_splits = splits.values() if include_eval_labels else [splits["train"]]
+    tags = [tag for split in label_splits for e in split for tag in in_scheme(e["tags"], schemes.data, schemes.labels)]
     labels = ordered_labels(tags)
-    return complete_span_labels(labels, label_scheme) if span_task else labels
+    return complete_span_labels(labels, schemes.labels) if schemes.span_task else labels
 
 
-def tokenize(
-    split: str, examples: list[dict], tokenizer, label2id: dict, max_length: int, training_args, char_ids: bool
-):
-    """One split tokenised with its labels aligned to the tokens; sentences over `max_length` tokens, or over the
-    feature encoder's subword limit, are truncated."""
-    tokenized = data.tokenize_split(
-        split,
-        examples,
-        data.tokenize_and_align_labels,
-        training_args,
-        char_ids=char_ids,
-        tokenizer=tokenizer,
-        label2id=label2id,
-        max_length=max_length,
-    )
-    truncated = data.count_truncated((len(e["tokens"]) for e in examples), tokenized["length"])
+def warn_if_truncated(split: str, examples: list[dict], tokenized, max_length: int) -> None:
+    truncated = data.count_truncated((len(e["tokens"]) for e in examples), map(len, tokenized["input_ids"]))
     if truncated:
         logger.warning(
             f"{split}: {truncated} sentence(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
             "included) or than the feature encoder's subword limit are truncated; the test predictions give their "
             "remaining words 'O' (scored as missed in the test metrics), validation scores only the kept words"
         )
-    return tokenized
 
 
-def prediction_rows(test_examples: list[dict], predicted_tags, data_scheme, label_scheme) -> list[tuple]:
+def prediction_rows(test_examples: list[dict], predicted_tags, schemes: TagSchemes) -> list[tuple]:
     """`(tokens, gold, predicted)` per test sentence as `test_predictions.txt` holds them: span tags in IOB2 (gold
     from the data's scheme, predictions from the scheme of the labels), other tags as they are; the words that
     truncation cut off are predicted `O`."""
     rows = []
     for example, predicted in zip(test_examples, predicted_tags, strict=True):
         predicted = predicted + ["O"] * (len(example["tokens"]) - len(predicted))
-        gold = convert(example["tags"], data_scheme, "IOB2")
-        rows.append((example["tokens"], gold, convert(predicted, label_scheme, "IOB2")))
+        gold = in_scheme(example["tags"], schemes.data, "IOB2")
+        rows.append((example["tokens"], gold, in_scheme(predicted, schemes.labels, "IOB2")))
     return rows
 
 
-def write_predictions(output_dir: Path, sentences: list[tuple], test_examples: list[dict], label_scheme, data_scheme):
+def write_predictions(output_dir: Path, sentences: list[tuple], test_examples: list[dict], schemes: TagSchemes):
     """Writes `sentences` (see `prediction_rows`) to `test_predictions.txt` and, in the data's own tag scheme, to
     `predictions.txt`; one `token<TAB>gold<TAB>predicted` line per word, a blank line after each sentence."""
     data.write_conll(output_dir / TEST_PREDICTIONS_FILE, sentences)
     in_data_scheme = [
-        (tokens, example["tags"], convert(predicted, "IOB2" if label_scheme else None, data_scheme))
+        (tokens, example["tags"], in_scheme(predicted, "IOB2" if schemes.span_task else None, schemes.data))
         for (tokens, _, predicted), example in zip(sentences, test_examples, strict=True)
     ]
     data.write_conll(output_dir / "predictions.txt", in_data_scheme)
     logger.info(
         f"Wrote {output_dir / TEST_PREDICTIONS_FILE} (token, gold, predicted; "
-        f"{'IOB2 tags' if label_scheme else 'tags as in the data'}, the scored form) and "
-        f"{output_dir / 'predictions.txt'} (tags in the data's scheme {data_scheme})"
+        f"{'IOB2 tags' if schemes.span_task else 'tags as in the data'}, the scored form) and "
+        f"{output_dir / 'predictions.txt'} (tags in the data's scheme {schemes.data})"
     )
 
 
@@ -453,14 +433,15 @@ def complete_span_labels(labels, scheme) -> list[str]:
     return ["O"] + [f"{prefix}-{entity_type}" for entity_type in types for prefix in prefixes]
 
 
-def convert(tags, source, target):
+def in_scheme(tags, source, target) -> list[str]:
+    """`tags` of span scheme `source` in scheme `target` (unchanged when either is `None`: tags that are not spans)."""
     if source is None or target is None or source == target:
         return list(tags)
     return convert_tag_sequence(tags, source, target)
 
 
-def describe_data(data_args, raw) -> str:
-    sizes = ", ".join(f"{split} {len(examples):,} sentences" for split, examples in raw.items())
+def describe_data(data_args, splits) -> str:
+    sizes = ", ".join(f"{split} {len(examples):,} sentences" for split, examples in splits.items())
     source = data_args.dataset_name or ", ".join(
         str(p) for p in (data_args.train_file, data_args.validation_file, data_args.test_file) if p
     )

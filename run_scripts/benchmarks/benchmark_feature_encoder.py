@@ -30,7 +30,7 @@ from run_scripts.benchmarks.benchmark_inputs import fresh_model, length_grouped_
 from run_scripts.benchmarks.speed_measurement import Timing, machine_info, time_interleaved
 from run_scripts.training import data
 from run_scripts.training.arguments import parse_arguments
-from run_scripts.training.model_setup import resolve_feature_encoder
+from run_scripts.training.feature_encoder import resolve_feature_encoder
 
 
 @dataclass

@@ -21,7 +21,7 @@ def fresh_model(model_class, config_name: str, tokenizer, seed: int, config_over
         config_overrides (`str`, defaults to `""`): as `--config_overrides`, e.g. `"use_char_features=false"`.
         **fields: config attributes set after the overrides (`embedding_dim`, `id2label`, ...).
     """
-    config, _ = load_fresh_config(ModelArguments(config_name=config_name, config_overrides=config_overrides))
+    config = load_fresh_config(ModelArguments(config_name=config_name, config_overrides=config_overrides))
     config.update(fields)
     update_config_from_tokenizer(config, tokenizer)
     torch.manual_seed(seed)

@@ -43,7 +43,7 @@ from run_scripts.benchmarks.benchmark_inputs import fresh_model, length_grouped_
 from run_scripts.benchmarks.speed_measurement import Timing, machine_info, time_interleaved
 from run_scripts.training import data
 from run_scripts.training.arguments import DataArguments, parse_arguments
-from run_scripts.training.trainer import TokenBudgetBatchSampler
+from run_scripts.training.samplers import TokenBudgetBatchSampler
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Command-line arguments of every script, as `HfArgumentParser` dataclasses like transformers' example scripts.
 
 - The training scripts (`run_ner.py`, `run_classification.py`): `ModelArguments`, `DataArguments` (each script adds
-  its own data arguments), `SLSTMTrainingArguments`; `parse_training_arguments` also reports which arguments the user
-  set, so that a fresh model's training recipe (see `model_setup.apply_training_recipe`) never replaces them.
+  its own data arguments), `SLSTMTrainingArguments`; `parse_training_arguments` makes a fresh model's training recipe
+  (`recipe.py`) the parser's defaults, so that every argument given on the command line wins.
 - The utilities and benchmarks: `parse_arguments` parses one dataclass of their own (help in
   `field(metadata={"help": ...})`, choices checked in `__post_init__` with `check_choices`). HfArgumentParser registers
   every field under its underscore name and, for names with underscores, the dash spelling too (`--dry_run` and
@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 from transformers import HfArgumentParser, TrainingArguments
+
+from run_scripts.training.recipe import config_recipe, recipe_defaults, settled_recipe
 
 
 @dataclass
@@ -257,33 +259,44 @@ class SLSTMTrainingArguments(TrainingArguments):
 
 def parse_training_arguments(data_arguments_class, argv: Sequence[str] | None = None) -> tuple:
     """Parses the command line (or a single .json file of arguments) into `(model_args, data_args, training_args,
-    given)`, where `given` holds the names of the arguments set by the user.
+    training_recipe)`.
 
-    Several processes (`accelerate launch`, `torchrun`) on a machine without GPUs get `--use_cpu` added: without it
-    `TrainingArguments` leaves each process alone (world size 1) instead of joining them over gloo.
+    A fresh model's training recipe (see `recipe.py`: the one that ships with `--config_name`, or the paper's) gives
+    the parser its defaults before the command line is parsed, so every argument given there wins;
+    `training_recipe` is a `TrainingRecipe` saying what it set (`None` for `--model_name_or_path` or a model type
+    without a recipe). Without an accelerator, `--dataloader_pin_memory` defaults to false (pinning needs one, and
+    the DataLoader warns every epoch). Several processes (`accelerate launch`, `torchrun`) on a machine without GPUs
+    get `--use_cpu` added: without it `TrainingArguments` leaves each process alone (world size 1) instead of joining
+    them over gloo.
     """
     dataclass_types = (ModelArguments, data_arguments_class, SLSTMTrainingArguments)
     parser = HfArgumentParser(dataclass_types)
     argv = list(sys.argv[1:] if argv is None else argv)
+    json_values = None
     if len(argv) == 1 and argv[0].endswith(".json"):
-        path = Path(os.path.abspath(argv[0]))
-        return (*parser.parse_json_file(json_file=path), set(json.loads(path.read_text(encoding="utf-8"))))
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available() and "--use_cpu" not in argv:
+        json_values = json.loads(Path(os.path.abspath(argv[0])).read_text(encoding="utf-8"))
+    elif int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available() and "--use_cpu" not in argv:
         argv.append("--use_cpu")
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
-    return model_args, data_args, training_args, given_on_command_line(dataclass_types, argv)
 
-
-def given_on_command_line(dataclass_types: tuple, argv: Sequence[str]) -> set[str]:
-    """Names of the arguments that `argv` sets, whatever their value (`--learning_rate 5e-5` counts although it is
-    the default): a second parse of `argv` in which every field defaults to a marker. Abbreviations and
-    `--no_<flag>` spellings resolve as argparse resolves them."""
-    unset = object()
-    parser = HfArgumentParser(dataclass_types)
+    # The values the command line chooses with the parser's own defaults: the config of a fresh model, and whether
+    # the command line picks a schedule of its own.
     names = [field.name for dataclass_type in dataclass_types for field in dataclasses.fields(dataclass_type)]
-    parser.set_defaults(**dict.fromkeys(names, unset))
-    namespace, _ = parser.parse_known_args(list(argv))
-    return {name for name, value in vars(namespace).items() if value is not unset}
+    own_defaults = {name: parser.get_default(name) for name in names}
+    chosen = {**own_defaults, **json_values} if json_values is not None else vars(parser.parse_known_args(argv)[0])
+    found = None
+    if not chosen["model_name_or_path"]:
+        found = config_recipe(chosen["config_name"], {f.name: f for f in dataclasses.fields(SLSTMTrainingArguments)})
+    script_defaults = {"dataloader_pin_memory": torch.accelerator.current_accelerator() is not None}
+    if found is not None:
+        script_defaults |= recipe_defaults(found[0], chosen, own_defaults)
+
+    if json_values is None:
+        parser.set_defaults(**script_defaults)
+        model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
+    else:  # the file sets the arguments it names, the script's defaults (the recipe's among them) the others
+        model_args, data_args, training_args = parser.parse_dict({**script_defaults, **json_values})
+    training_recipe = None if found is None else settled_recipe(*found, training_args)
+    return model_args, data_args, training_args, training_recipe
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -305,13 +318,15 @@ def parse_arguments(dataclass_type, argv: Sequence[str] | None = None, descripti
                     allow_empty: Iterable[str] = ()):  # fmt: skip
     """Parse `argv` (default: the command line) into one `dataclass_type` instance with HfArgumentParser.
 
-    HfArgumentParser gives list fields `nargs="+"`; the list fields named in `allow_empty` take `nargs="*"` instead,
-    so the flag may be given with no value (e.g. `--variants` alone: an empty list).
+    HfArgumentParser gives list fields `nargs="+"`; the list fields named in `allow_empty` may also be given with no
+    value (e.g. `--variants` alone: an empty list): an argparse parser of their own takes them first (`nargs="*"`),
+    and the instance gets their values with `dataclasses.replace`, which checks them again in `__post_init__`.
     """
     parser = HfArgumentParser(dataclass_type, description=description, formatter_class=HelpFormatter)
-    allow_empty = set(allow_empty)
-    for action in parser._actions:
-        if action.dest in allow_empty:
-            action.nargs = "*"
-    (arguments,) = parser.parse_args_into_dataclasses(args=argv, look_for_args_file=False)
-    return arguments
+    argv = list(sys.argv[1:] if argv is None else argv)
+    lists = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in allow_empty:
+        lists.add_argument(f"--{name}", f"--{name.replace('_', '-')}", nargs="*", dest=name, default=argparse.SUPPRESS)
+    given_lists, rest = lists.parse_known_args(argv)
+    (arguments,) = parser.parse_args_into_dataclasses(args=rest, look_for_args_file=False)
+    return dataclasses.replace(arguments, **vars(given_lists)) if vars(given_lists) else arguments

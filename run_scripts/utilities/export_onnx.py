@@ -60,6 +60,7 @@ class NamedOutputs(nn.Module):
         super().__init__()
         self.model = model
         self.names = names
+        self.train(model.training)  # the export checks the mode of the module it is given, this wrapper
 
     def forward(
         self,

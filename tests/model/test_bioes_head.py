@@ -155,26 +155,24 @@ def test_save_and_load_keeps_the_bioes_head(tmp_path):
 
 def test_labels_that_are_not_iob2_are_rejected():
     bioes_labels = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
-    config = tagger_config(
-        head_tag_scheme="BIOES",
-        id2label=dict(enumerate(bioes_labels)),
-        label2id={label: i for i, label in enumerate(bioes_labels)},
-    )
     with pytest.raises(ValueError, match="needs IOB2 labels"):
-        SLSTMForTokenClassification(config)
+        tagger_config(
+            head_tag_scheme="BIOES",
+            id2label=dict(enumerate(bioes_labels)),
+            label2id={label: i for i, label in enumerate(bioes_labels)},
+        )
 
 
 def test_a_type_without_its_inside_label_is_rejected_by_name():
     """`B-PER` alone is a valid IOB2 label set, but a BIOES head needs `I-PER` to present `I-PER`/`E-PER` in IOB2;
     without it the head failed with a bare KeyError."""
     labels = ["O", "B-PER", "B-LOC", "I-LOC"]
-    config = tagger_config(
-        head_tag_scheme="BIOES",
-        id2label=dict(enumerate(labels)),
-        label2id={label: i for i, label in enumerate(labels)},
-    )
     with pytest.raises(ValueError, match=r"B-X and I-X for every entity type X .* missing \['I-PER'\]"):
-        SLSTMForTokenClassification(config)
+        tagger_config(
+            head_tag_scheme="BIOES",
+            id2label=dict(enumerate(labels)),
+            label2id={label: i for i, label in enumerate(labels)},
+        )
 
 
 def test_unknown_head_tag_scheme_is_rejected():

@@ -80,3 +80,31 @@ def test_bioes_head_with_placeholder_labels_names_the_problem():
 def test_bioes_head_needs_an_odd_number_of_labels():
     with pytest.raises(ValueError, match="num_labels=4"):
         SLSTMForTokenClassification(tiny_config(num_labels=4, head_tag_scheme="BIOES"))
+
+
+POS_LABELS = ['"', "$", "CD", "DT", "NN", "NNP", "VBZ"]  # an odd number: the BIOES head is built for them
+
+
+def test_bioes_checkpoint_refuses_pos_labels_when_they_are_set(tmp_path):
+    """transformers' `run_ner.py --ignore_mismatched_sizes` on POS data loads a BIOES checkpoint with `num_labels` of
+    the POS tags, then sets `config.label2id`/`id2label`: the assignment fails, saying how to proceed, rather than the
+    first training step. The way the message names (the checkpoint without its BIOES head) then trains."""
+    built_then_renamed(head_tag_scheme="BIOES").save_pretrained(tmp_path)
+    model = SLSTMForTokenClassification.from_pretrained(
+        tmp_path, num_labels=len(POS_LABELS), ignore_mismatched_sizes=True
+    )
+    with pytest.raises(ValueError, match=r"needs IOB2 labels .*'\$'.*head_tag_scheme=None"):
+        model.config.label2id = {label: index for index, label in enumerate(POS_LABELS)}
+    with pytest.raises(ValueError, match=r"needs IOB2 labels .*'\$'.*head_tag_scheme=None"):
+        model.config.id2label = dict(enumerate(POS_LABELS))
+
+    model = SLSTMForTokenClassification.from_pretrained(
+        tmp_path, num_labels=len(POS_LABELS), head_tag_scheme=None, ignore_mismatched_sizes=True
+    )
+    model.config.label2id = {label: index for index, label in enumerate(POS_LABELS)}
+    model.config.id2label = dict(enumerate(POS_LABELS))
+    ids, mask, _ = framed_batch()
+    labels = torch.where(mask, ids % len(POS_LABELS), -100)
+    output = model(input_ids=ids, attention_mask=mask, labels=labels)
+    assert output.logits.shape == (*ids.shape, len(POS_LABELS))
+    output.loss.backward()

@@ -1,4 +1,4 @@
-"""Readers, splits and label alignment of run_scripts/data.py."""
+"""Readers, splits and label alignment of run_scripts/training/data.py."""
 
 from types import SimpleNamespace
 
@@ -144,7 +144,7 @@ def test_unseen_label_error():
 
 
 def data_args(**files):
-    """The `data_args` fields `load_raw_splits` reads, with `files` as train/validation/test files."""
+    """The `data_args` fields `load_splits` reads, with `files` as train/validation/test files."""
     fields = {"train_file": None, "validation_file": None, "test_file": None, "dataset_name": None}
     fields.update(dataset_config_name=None, text_column_name=None, label_column_name=None)
     return SimpleNamespace(**{**fields, **files})
@@ -161,7 +161,7 @@ def test_tsv_token_file_is_read_as_conll_columns(tmp_path):
     """A `.tsv` CoNLL file went to the csv loader: its first line became the header and every token string was cut
     into characters."""
     path = write(tmp_path / "train.tsv", "John\tB-PER\nlives\tO\n\nMary\tB-PER\n")
-    raw = data.load_raw_splits(data_args(train_file=str(path)), "token", data.read_conll)
+    raw = data.load_splits(data_args(train_file=str(path)), "token", data.read_conll)
     assert raw["train"] == [
         {"tokens": ["John", "lives"], "tags": ["B-PER", "O"]},
         {"tokens": ["Mary"], "tags": ["B-PER"]},
@@ -171,7 +171,7 @@ def test_tsv_token_file_is_read_as_conll_columns(tmp_path):
 def test_token_column_of_strings_is_rejected(tmp_path):
     path = write(tmp_path / "train.csv", "tokens,tags\nJohn lives,B-PER O\n")
     with pytest.raises(ValueError, match=r"train\.csv \(train\): the token column 'tokens' holds strings"):
-        data.load_raw_splits(data_args(train_file=str(path)), "token", data.read_conll)
+        data.load_splits(data_args(train_file=str(path)), "token", data.read_conll)
 
 
 @pytest.mark.parametrize(
@@ -188,4 +188,4 @@ def test_empty_and_mismatched_examples_name_file_split_and_example(tmp_path, tas
     good = '{"text": "good film", "label": "pos"}' if task == "sequence" else '{"tokens": ["a"], "tags": ["O"]}'
     path = write(tmp_path / "test.jsonl", f"{good}\n{line}\n")
     with pytest.raises(ValueError, match=rf"test\.jsonl \(test\), {message}"):
-        data.load_raw_splits(data_args(test_file=str(path)), task, data.read_conll)
+        data.load_splits(data_args(test_file=str(path)), task, data.read_conll)

@@ -54,10 +54,11 @@ def saved_model(directory, name: str):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
-def test_export_runs_in_onnxruntime_like_pytorch(tmp_path, capsys, name):
+def test_export_runs_in_onnxruntime_like_pytorch(tmp_path, capsys, recwarn, name):
     model_dir = saved_model(tmp_path / "model", name)
     output = tmp_path / "model.onnx"
     differences = export_onnx.main(["--model_dir", str(model_dir), "--output", str(output)])
+    assert not [w for w in recwarn if "training mode" in str(w.message)]  # the exported module is in eval mode
     assert output.is_file()
     expected_outputs = {"last_hidden_state", "pooler_output"} if name == "encoder" else {"logits"}
     assert set(differences) == expected_outputs

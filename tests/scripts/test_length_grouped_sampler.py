@@ -7,7 +7,7 @@ import random
 import torch
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
-from run_scripts.training.trainer import EpochSeededLengthGroupedSampler
+from run_scripts.training.samplers import EpochSeededLengthGroupedSampler
 
 LENGTHS = [random.Random(0).randint(2, 40) for _ in range(97)]
 

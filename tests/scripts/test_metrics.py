@@ -8,8 +8,8 @@ from seqeval.metrics import f1_score as seqeval_f1
 from sklearn.metrics import accuracy_score, f1_score
 from transformers import EvalPrediction
 
-from run_scripts.run_classification import ClassificationMetrics
-from run_scripts.run_ner import TokenMetrics
+from run_scripts.run_classification import classification_metrics, predicted_ids
+from run_scripts.run_ner import decode_tags, in_scheme, score_tags
 
 LABELS = ["neg", "pos"]
 
@@ -18,8 +18,9 @@ def test_classification_macro_f1_is_scikit_learns_macro_average():
     gold = np.array([1, 1, 1, 1, 1, 1, 0, 0])
     predicted = np.array([1, 1, 1, 1, 1, 0, 1, 1])  # the minority class is never found
     logits = np.eye(2)[predicted]  # (examples, classes), argmax = predicted
-    metrics = ClassificationMetrics(LABELS)(EvalPrediction(predictions=logits, label_ids=gold))
     names = [LABELS[i] for i in gold], [LABELS[i] for i in predicted]
+    assert [LABELS[i] for i in predicted_ids(logits)] == names[1]
+    metrics = classification_metrics(*names)
     assert metrics["macro_f1"] == pytest.approx(f1_score(*names, average="macro"))
     assert metrics["accuracy"] == pytest.approx(accuracy_score(*names))
     # The check can fail: micro-F1 (= accuracy here) and macro-F1 differ on these predictions.
@@ -27,6 +28,15 @@ def test_classification_macro_f1_is_scikit_learns_macro_average():
 
 
 NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+
+
+def token_metrics(eval_prediction: EvalPrediction, labels: list[str], scheme: str) -> dict:
+    """run_ner.py's `compute_metrics`: the labelled positions' tags, in their IOB2 form, scored."""
+    gold, predicted = decode_tags(eval_prediction.predictions, eval_prediction.label_ids, labels)
+    gold, predicted = ([in_scheme(tags, scheme, "IOB2") for tags in tag_lists] for tag_lists in (gold, predicted))
+    return score_tags(gold, predicted, span_task=True, strict=False, per_type=False)
+
+
 ID = {label: index for index, label in enumerate(NER_LABELS)}
 
 
@@ -45,9 +55,7 @@ def test_entity_f1_is_seqevals_and_not_a_token_score():
     gold = [["B-PER", "I-PER", "I-PER", "O", "B-LOC"], ["O", "B-LOC", "I-LOC", "O"]]
     # A three-token person cut short (2 of 3 tokens right, 0 of 1 entity), one location right, one missed.
     predicted = [["B-PER", "I-PER", "O", "O", "B-LOC"], ["O", "O", "O", "O"]]
-    metrics = TokenMetrics(dict(enumerate(NER_LABELS)), scheme="IOB2", strict=False, per_type=False)(
-        ner_batch(gold, predicted)
-    )
+    metrics = token_metrics(ner_batch(gold, predicted), NER_LABELS, "IOB2")
     assert metrics["f1"] == pytest.approx(seqeval_f1(gold, predicted))  # 1 of 3 gold, 1 of 2 predicted: 0.4
     tokens = [(g, p) for gs, ps in zip(gold, predicted) for g, p in zip(gs, ps)]
     assert metrics["accuracy"] == pytest.approx(sum(g == p for g, p in tokens) / len(tokens))
@@ -69,9 +77,7 @@ def test_bioes_training_tags_are_scored_on_their_iob2_form():
     for row, (gold, predicted) in enumerate(zip(gold_bioes, predicted_bioes)):
         labels[row, 1 : 1 + len(gold)] = [ids[t] for t in gold]
         predictions[row, 1 : 1 + len(predicted)] = [ids[t] for t in predicted]
-    metrics = TokenMetrics(dict(enumerate(bioes)), scheme="BIOES", strict=False, per_type=False)(
-        EvalPrediction(predictions=predictions, label_ids=labels)
-    )
+    metrics = token_metrics(EvalPrediction(predictions=predictions, label_ids=labels), bioes, "BIOES")
 
     def iob2(tags):
         return [tag if tag == "O" else f"{to_iob2[tag[0]]}-{tag[2:]}" for tag in tags]

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 from script_helpers import read_json, run_args, run_main, write_generated_ner
 
-from run_scripts.training.model_setup import checkpoint_problem, last_complete_checkpoint
+from run_scripts.training.checkpoints import checkpoint_problem, last_complete_checkpoint
 
 EPOCHS = {"num_train_epochs": 3, "save_strategy": "epoch", "do_eval": None, "do_predict": None, "logging_steps": 1}
 

@@ -11,14 +11,9 @@ from transformers import AutoConfig
 
 from baselines import BaselineEncoderConfig
 from modeling_slstm import SLSTMConfig
-from run_scripts.training import model_setup
-from run_scripts.training.arguments import (
-    DataArguments,
-    ModelArguments,
-    SLSTMTrainingArguments,
-    given_on_command_line,
-    parse_training_arguments,
-)
+from run_scripts.training import logging_setup, model_setup
+from run_scripts.training.arguments import DataArguments, ModelArguments, parse_training_arguments
+from run_scripts.training.recipe import RECIPE_KEY, read_training_recipe
 
 PAPER = {
     "slstm-ner-crf.json": {"num_steps": 9, "use_crf": True},
@@ -38,7 +33,8 @@ PAPER_RECIPE = {
 
 @pytest.mark.parametrize("name", sorted(PAPER))
 def test_paper_configs(name):
-    config, recipe = model_setup.load_fresh_config(ModelArguments(config_name=str(REPO / "hub_configs" / name)))
+    config = model_setup.load_fresh_config(ModelArguments(config_name=str(REPO / "hub_configs" / name)))
+    recipe, _ = read_training_recipe(str(REPO / "hub_configs" / name))
     assert (config.hidden_size, config.window_size, config.num_sentence_nodes) == (300, 1, 1)
     assert config.embedding_dropout == 0.5
     for key, value in PAPER[name].items():
@@ -46,8 +42,8 @@ def test_paper_configs(name):
     assert not hasattr(config, "_comment")
     # The recipe ships with the config but is not part of the model's config (nor of a checkpoint's config.json).
     assert recipe == PAPER_RECIPE
-    assert not hasattr(config, model_setup.RECIPE_KEY)
-    assert model_setup.RECIPE_KEY not in config.to_json_string()
+    assert not hasattr(config, RECIPE_KEY)
+    assert RECIPE_KEY not in config.to_json_string()
 
 
 @pytest.mark.parametrize(
@@ -57,13 +53,14 @@ def test_baseline_configs_match_their_names(path):
     """`{encoder}{layers}-{task}.json`: the encoder and layer count its name says, a CRF exactly for NER, and the
     paper's recipe (the baselines ship none of their own, so the comparisons share the S-LSTM's)."""
     encoder_and_layers, task = path.stem.split("-", 1)
-    config, recipe = model_setup.load_fresh_config(ModelArguments(config_name=str(path)))
+    config = model_setup.load_fresh_config(ModelArguments(config_name=str(path)))
     assert isinstance(config, BaselineEncoderConfig)
     assert f"{config.encoder_type}{config.num_layers}" == encoder_and_layers
     assert config.use_crf == (task == "ner-crf")
-    assert recipe is None
-    training_args = SLSTMTrainingArguments(output_dir="unused", report_to="none")
-    model_setup.apply_training_recipe(training_args, set(), config, recipe, path.name)
+    assert read_training_recipe(str(path))[0] is None
+    _, _, training_args, _ = parse_training_arguments(
+        DataArguments, ["--train_file", "t.txt", "--output_dir", "unused", "--config_name", str(path)]
+    )
     assert {name: getattr(training_args, name) for name in PAPER_RECIPE} == PAPER_RECIPE
 
 
@@ -77,13 +74,12 @@ def test_recipe_key_does_not_break_config_loading(tmp_path):
 
 
 def test_small_config_and_overrides():
-    config, recipe = model_setup.load_fresh_config(
-        ModelArguments(
-            config_name=str(REPO / "hub_configs" / "slstm-ner-crf-small.json"),
-            config_overrides="hidden_size=8,use_crf=false",
-        )
+    small = str(REPO / "hub_configs" / "slstm-ner-crf-small.json")
+    config = model_setup.load_fresh_config(
+        ModelArguments(config_name=small, config_overrides="hidden_size=8,use_crf=false")
     )
     assert (config.hidden_size, config.embedding_dim, config.use_crf) == (8, 50, False)
+    recipe, _ = read_training_recipe(small)
     assert recipe == dict(PAPER_RECIPE, learning_rate=5e-3, lr_decay_per_epoch=0.9)  # the README demo's recipe
     with pytest.raises(ValueError, match="num_steps"):
         model_setup.load_fresh_config(ModelArguments(config_overrides="num_steps=0"))
@@ -114,10 +110,10 @@ def resolve(tmp_path, config_name, *flags):
     argv = ["--train_file", "train.txt", "--output_dir", str(tmp_path), *flags]
     if config_name is not None:
         argv += ["--config_name", str(config_name)]
-    model_args, _, training_args, given = parse_training_arguments(DataArguments, argv)
-    config, recipe = model_setup.load_fresh_config(model_args)
-    applied = model_setup.apply_training_recipe(training_args, given, config, recipe, str(config_name))
-    return training_args, applied
+    _, _, training_args, recipe = parse_training_arguments(DataArguments, argv)
+    if recipe is not None:
+        logging.getLogger("run_scripts").info(recipe.describe())  # as the entry points log it
+    return training_args, recipe.applied if recipe is not None else {}
 
 
 def recipe_lines(caplog) -> list[str]:
@@ -162,7 +158,7 @@ def test_configs_without_recipe(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     # A baseline config without its own recipe trains with the paper's, as does the default SLSTMConfig.
     baseline = REPO / "hub_configs" / "baselines" / "bilstm1-ner-crf.json"
-    assert model_setup.RECIPE_KEY not in json.loads(baseline.read_text())
+    assert RECIPE_KEY not in json.loads(baseline.read_text())
     training_args, applied = resolve(tmp_path, baseline)
     assert applied == PAPER_RECIPE and training_args.learning_rate == 1e-3
     assert "the paper" in recipe_lines(caplog)[0]
@@ -184,16 +180,42 @@ def test_bad_recipe_names_the_key(tmp_path):
         resolve(tmp_path, config)
 
 
-def test_given_arguments_are_detected_however_spelled(tmp_path):
-    given = given_on_command_line(
-        (SLSTMTrainingArguments,),
-        ["--output_dir", "x", "--learning_r", "5e-5", "--no_remove_unused_columns", "--bf16"],
+def test_the_command_line_wins_however_spelled(tmp_path):
+    """The recipe is the parser's defaults: an abbreviated flag, a `--no_` spelling and a JSON file of arguments all
+    set what they name, and the recipe the rest."""
+    config_name = str(REPO / "hub_configs" / "slstm-pos.json")
+    training_args, applied = resolve(
+        tmp_path, config_name, "--learning_r", "5e-5", "--no_remove_unused_columns", "--max_grad_n", "3.0"
     )
-    assert given == {"output_dir", "learning_rate", "remove_unused_columns", "bf16"}
+    assert training_args.learning_rate == 5e-5 and training_args.remove_unused_columns is False
+    assert applied == {name: value for name, value in PAPER_RECIPE.items() if name != "learning_rate"}
     arguments = tmp_path / "arguments.json"
-    arguments.write_text(json.dumps({"train_file": "t.txt", "output_dir": str(tmp_path), "learning_rate": 5e-5}))
-    *_, given = parse_training_arguments(DataArguments, [str(arguments)])
-    assert given == {"train_file", "output_dir", "learning_rate"}
+    values = {"train_file": "t.txt", "output_dir": str(tmp_path), "learning_rate": 5e-5, "config_name": config_name}
+    arguments.write_text(json.dumps(values))
+    _, _, training_args, recipe = parse_training_arguments(DataArguments, [str(arguments)])
+    assert training_args.learning_rate == 5e-5 and recipe.kept == {"learning_rate": 5e-5}
+    assert recipe.applied == {name: value for name, value in PAPER_RECIPE.items() if name != "learning_rate"}
+
+
+def test_a_checkpoint_trains_with_the_trainers_defaults(tmp_path):
+    _, _, training_args, recipe = parse_training_arguments(
+        DataArguments, ["--train_file", "t.txt", "--output_dir", str(tmp_path), "--model_name_or_path", "out"]
+    )
+    assert recipe is None and training_args.learning_rate == 5e-5 and training_args.lr_decay_per_epoch is None
+
+
+def test_pin_memory_only_with_an_accelerator(tmp_path, monkeypatch):
+    """Pinning needs an accelerator: without one the DataLoader would warn at every epoch."""
+    import torch
+
+    argv = ["--train_file", "t.txt", "--output_dir", str(tmp_path)]
+    assert parse_training_arguments(DataArguments, argv)[2].dataloader_pin_memory is False
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cuda"))
+    assert parse_training_arguments(DataArguments, argv)[2].dataloader_pin_memory is True
+    assert (
+        parse_training_arguments(DataArguments, [*argv, "--dataloader_pin_memory", "false"])[2].dataloader_pin_memory
+        is False
+    )
 
 
 def test_defaults_for_ddp_and_the_hub(tmp_path):
@@ -212,12 +234,12 @@ def test_config_name_with_model_name_or_path_is_an_error():
 
 @pytest.mark.parametrize("native_bf16", [False, True])
 def test_bf16_on_a_cpu_without_native_bf16_warns(tmp_path, monkeypatch, caplog, native_bf16):
-    monkeypatch.setattr(model_setup.cpu_matmul, "cpu_has_fast_bf16", lambda: native_bf16)
+    monkeypatch.setattr(logging_setup.cpu_matmul, "cpu_has_fast_bf16", lambda: native_bf16)
     _, _, training_args, _ = parse_training_arguments(
         DataArguments,
         ["--train_file", "t.txt", "--output_dir", str(tmp_path), "--use_cpu", "--bf16"],
     )
     with caplog.at_level(logging.WARNING):
-        model_setup.warn_if_bf16_is_slow(training_args)
+        logging_setup.warn_if_bf16_is_slow(training_args)
     warned = [record.getMessage() for record in caplog.records if "without native bf16" in record.getMessage()]
     assert len(warned) == (0 if native_bf16 else 1)

