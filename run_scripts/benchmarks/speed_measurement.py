@@ -19,12 +19,12 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
-from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from baselines import BaselineEncoderConfig, BaselineModel
 from modeling_slstm import cpu_matmul
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from modeling_slstm.modeling_slstm import SLSTMModel
+from run_scripts.benchmarks.benchmark_inputs import length_grouped_batches
 from run_scripts.benchmarks.reference_slstm import ReferenceSLSTM
 from run_scripts.training import data, gpu_batching
 
@@ -510,9 +510,7 @@ def real_workload(
     transformers' `LengthGroupedSampler`, seeded; it puts the longest batch first, so the first batches alone would be
     the longest: every `step`-th batch from `step // 2` on), each padded to its longest sentence, rounded up to a
     multiple of `pad_multiple` where given (`gpu_batching.pad_multiple_for`)."""
-    sampler = LengthGroupedSampler(batch, lengths=lengths, generator=torch.Generator().manual_seed(seed))
-    order = list(sampler)
-    batches = [tuple(lengths[i] for i in order[start : start + batch]) for start in range(0, len(order), batch)]
+    batches = [tuple(lengths[i] for i in indices) for indices in length_grouped_batches(lengths, batch, seed)]
     step = max(len(batches) // num_batches, 1)
     batches = batches[step // 2 :: step][:num_batches]
     multiple = pad_multiple or 1
