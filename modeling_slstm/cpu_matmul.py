@@ -75,7 +75,7 @@ def _input_gradient(grad: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """`grad @ weight`: `(rows, out)` x `(out, in)` -> `(rows, in)`, by oneDNN reading the transposed weight as a view.
 
     oneDNN takes the weight as `(in, out)`: a transposed copy per call would cost more than oneDNN gains at small
-    batches, while the view needs no copy at any batch size (docs/benchmarks.md).
+    batches, while the view needs no copy at any batch size.
     """
     return _onednn_matmul(grad, weight.t())
 

@@ -82,8 +82,7 @@ def neighbourhood(states: torch.Tensor, window_size: int) -> torch.Tensor:
         A tensor of shape `(batch, seq, 2w + 1, hidden)`, contiguous, so that `ξ_i` is a view of it.
 
     Stacked shifted slices rather than an `unfold` view: the backward of `unfold` (`unfold_backward`) was the
-    largest elementwise cost of a training step (5% at 32 x 128), while the backward of the stack is 2w + 1 slice
-    additions (2.7x faster forward+backward for w = 1; docs/benchmarks.md).
+    largest elementwise cost of a training step, while the backward of the stack is 2w + 1 slice additions.
     """
     seq = states.shape[1]
     padded = nn.functional.pad(states, (0, 0, window_size, window_size))  # (batch, seq + 2w, hidden)

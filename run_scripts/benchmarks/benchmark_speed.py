@@ -42,7 +42,7 @@ Examples:
         --real_data conll2003-ner movie-review --data_dir ../shared/data
 
     # merge earlier runs into one report, measuring nothing
-    python run_scripts/benchmarks/benchmark_speed.py --from_csv docs/benchmarks/speed_cpu_*.csv --name speed_cpu
+    python run_scripts/benchmarks/benchmark_speed.py --from_csv docs/benchmarks/speed_cuda*.csv --name speed_cuda
 """
 
 import os
