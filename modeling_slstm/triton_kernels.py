@@ -21,6 +21,8 @@ contiguous: word terms `(batch, seq, blocks, hidden)`, sentence terms `(batch, b
 Gate block order as in `SLSTMStateTransition`: window gates `l_w … f … r_w`, one `s_k` per node, `i`, then `o`, `u`.
 """
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
@@ -402,15 +404,39 @@ def is_interpreted() -> bool:
     return isinstance(word_update_forward_kernel, InterpretedFunction)
 
 
+@dataclass(frozen=True)
+class KernelTiles:
+    """How the kernels tile their work on a GPU (`benchmark_kernel_tiles.py` times the choices).
+
+    Args:
+        values_per_tile (`int`, defaults to 4096): about how many values a `(BLOCK_S, slots, BLOCK_H)` tile holds, so
+            that it stays in registers.
+        max_block_h (`int`, defaults to 32): the widest hidden block.
+        num_warps (`int`, defaults to 4): warps per program (Triton's default).
+    """
+
+    values_per_tile: int = 4096
+    max_block_h: int = 32
+    num_warps: int = 4
+
+
+GPU_TILES = KernelTiles()
+
+
+def use_tiles(tiles: KernelTiles):
+    """Makes every later launch tile its work as `tiles` says."""
+    global GPU_TILES
+    GPU_TILES = tiles
+
+
 def block_sizes(seq: int, hidden: int, slots: int) -> tuple[int, int]:
-    """`(BLOCK_S, BLOCK_H)` for tiles `(BLOCK_S, slots, BLOCK_H)`: on a GPU about 4096 values, so that a tile stays in
-    registers; in the interpreter, which pays per program and per operation rather than per value, all of a sentence
-    at once."""
+    """`(BLOCK_S, BLOCK_H)` for tiles `(BLOCK_S, slots, BLOCK_H)`: on a GPU as `GPU_TILES` says; in the interpreter,
+    which pays per program and per operation rather than per value, all of a sentence at once."""
     block_h = triton.next_power_of_2(hidden)
     if is_interpreted():
         return triton.next_power_of_2(seq), block_h
-    block_h = min(block_h, 32)
-    return max(1, min(triton.next_power_of_2(seq), 4096 // (slots * block_h))), block_h
+    block_h = min(block_h, GPU_TILES.max_block_h)
+    return max(1, min(triton.next_power_of_2(seq), GPU_TILES.values_per_tile // (slots * block_h))), block_h
 
 
 def word_update_forward(
@@ -434,7 +460,7 @@ def word_update_forward(
     word_update_forward_kernel[grid](
         window_pre, input_terms, sentence_term if nodes else cells, cells, sentence_cells if nodes else cells, mask,
         new_states, new_cells, seq, hidden, WINDOW=window_size, NODES=nodes, GATES=gates,
-        SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s, BLOCK_H=block_h,
+        SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s, BLOCK_H=block_h, num_warps=GPU_TILES.num_warps,
     )  # fmt: skip
     return new_states, new_cells
 
@@ -457,7 +483,7 @@ def word_update_backward(
         d_states, d_cells, window_pre, input_terms, sentence_term if nodes else cells, cells,
         sentence_cells if nodes else cells, mask, d_pre, d_sentence_term if nodes else d_pre, d_prev_cells,
         d_sentence_cells if nodes else d_prev_cells, seq, hidden, WINDOW=window_size, NODES=nodes, GATES=gates,
-        SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s, BLOCK_H=block_h,
+        SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s, BLOCK_H=block_h, num_warps=GPU_TILES.num_warps,
     )  # fmt: skip
     return d_pre, d_sentence_term, d_prev_cells, d_sentence_cells
 
@@ -484,7 +510,7 @@ def sentence_update_forward(
     sentence_update_forward_kernel[(batch, triton.cdiv(hidden, block_h))](
         word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, new_states, new_cells, saved_cells,
         log_normalizers, seq, hidden, NODES=nodes, NODES_P=nodes_p, SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s,
-        BLOCK_H=block_h,
+        BLOCK_H=block_h, num_warps=GPU_TILES.num_warps,
     )  # fmt: skip
     return new_states, new_cells, saved_cells, log_normalizers
 
@@ -506,6 +532,6 @@ def sentence_update_backward(
     sentence_update_backward_kernel[(batch, triton.cdiv(hidden, block_h))](
         d_states, d_cells, word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, saved_cells,
         log_normalizers, d_word_forget, d_sentence_forget, d_sentence_pre, d_prev_cells, d_sentence_cells, seq,
-        hidden, NODES=nodes, NODES_P=nodes_p, SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s, BLOCK_H=block_h,
+        hidden, NODES=nodes, NODES_P=nodes_p, SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s, BLOCK_H=block_h, num_warps=GPU_TILES.num_warps,
     )  # fmt: skip
     return d_word_forget, d_sentence_forget, d_sentence_pre, d_prev_cells, d_sentence_cells

@@ -7,6 +7,8 @@
 #             (eager, fused, fused + CUDA graphs) against the cuDNN 1- and 2-layer BiLSTM, float32 and bf16, at
 #             32x16 ... 32x512 and on real CoNLL-2003 NER and movie-review batches of 10 and 32, with the FLOP and
 #             memory-traffic floor of every row -> speed_cuda.{csv,md,json}
+#   tiles     benchmark_kernel_tiles.py: the fused kernels' tile sizes and warps, bf16 training at 32x32 and 32x512
+#             -> kernel_tiles.csv
 #   crf       benchmark_crf_share.py: the CRF's share of a NER training step -> crf_share.{csv,md}
 #   epochs    benchmark_epochs.py: one training epoch of movie review and CoNLL-2003 NER, S-LSTM vs BiLSTM, through
 #             the training scripts, next to the paper's seconds -> epochs.{csv,md}, <run>.log
@@ -24,7 +26,7 @@
 # manylinux x86-64); on the GPU machine the run installs them offline into /tmp/site first and reads the data from
 # .gpu/data. Carry `.gpu` to the machine with the repository.
 #
-# Environment: STAGES (default "tests speed crf epochs compile graphs"), BUDGET (seconds for the whole run, default
+# Environment: STAGES (default "tests speed tiles crf epochs compile graphs"), BUDGET (seconds for the whole run, default
 # 540), ARCHIVE (a .tar.gz that receives OUTPUT_DIR after every stage, for machines that return few files),
 # T_<STAGE> (a stage's limit in seconds, e.g. T_SPEED=140), PYTEST_WORKERS (the scripts stage, pytest-xdist).
 # A failing stage does not stop the later ones; the exit status says whether any failed.
@@ -56,7 +58,7 @@ fi
 
 OUTPUT_DIR=${1:-${OUT:-/tmp}/gpu_checks}
 mkdir -p "$OUTPUT_DIR"
-STAGES=${STAGES:-tests speed crf epochs compile graphs}
+STAGES=${STAGES:-tests speed tiles crf epochs compile graphs}
 BUDGET=${BUDGET:-540}
 started=$SECONDS
 failed=0
@@ -102,6 +104,7 @@ stage speed 140 "$PYTHON" "${SPEED[@]}" --models slstm bilstm1 bilstm2 --lengths
     --variants fp32 bf16 --slstm_variants eager bf16+eager fused bf16+fused fused+graphs bf16+fused+graphs \
     --slstm_variant_lengths 16 32 64 128 512 --real_data conll2003-ner movie-review --data_dir "$DATA" \
     --real_batch_sizes 10 32 --real_batches 8 --name speed_cuda
+stage tiles 75 "$PYTHON" run_scripts/benchmarks/benchmark_kernel_tiles.py --device cuda --output_dir "$OUTPUT_DIR"
 stage crf 35 "$PYTHON" run_scripts/benchmarks/benchmark_crf_share.py --device cuda --data_dir "$DATA" \
     --real_batches 8 --repeats 3 --min_time 0.2 --output_dir "$OUTPUT_DIR"
 stage epochs 180 "$PYTHON" run_scripts/benchmarks/benchmark_epochs.py --data_dir "$DATA" --run_timeout 75 \
