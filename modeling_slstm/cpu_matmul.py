@@ -23,11 +23,12 @@ How much each path gains on which CPUs is measured in docs/benchmarks.md.
 
 import logging
 import os
-import re
 from functools import cache
 
 import torch
 from torch import nn
+
+from .custom_operators import operator_name
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +42,8 @@ def _onednn_matmul_impl(inputs: torch.Tensor, weight: torch.Tensor) -> torch.Ten
 
 
 # A custom op, so that `torch.compile` keeps the oneDNN matmul as it is (inductor lowers `mkldnn._linear_pointwise`
-# only for frozen weights) and fuses the elementwise work around it. The namespace follows the module name, so that
-# the copy of this file loaded by `trust_remote_code` registers its own op instead of clashing with the package's.
-_OP_NAMESPACE = "slstm_" + re.sub(r"\W", "_", __name__)
-
-
-@torch.library.custom_op(f"{_OP_NAMESPACE}::onednn_matmul", mutates_args=())
+# only for frozen weights) and fuses the elementwise work around it.
+@torch.library.custom_op(operator_name("onednn_matmul"), mutates_args=())
 def _onednn_matmul(inputs: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return _onednn_matmul_impl(inputs, weight)
 

@@ -11,11 +11,10 @@ This module imports without Triton; the fused step then never runs (`"auto"` tak
 an error that says why).
 """
 
-import re
-
 import torch
 
 from .configuration_slstm import STEP_IMPLEMENTATIONS
+from .custom_operators import operator_name
 
 try:  # Triton is optional: without it (or on a machine where it cannot load) the readable step runs
     from .triton_kernels import (
@@ -37,11 +36,6 @@ OPTIONS_NOT_COVERED = ("context_independent_content", "remove_output_gate")
 """Config switches the kernels do not implement (Levy et al.'s weighted-sum simplifications): set, the readable step
 runs. The kernels cover every other option of the step: any `window_size` and `num_sentence_nodes` (0 included),
 both `gate_normalization`s, `hidden_dropout` (applied before the kernels), both `initial_state`s (outside the step)."""
-
-# One operator namespace per copy of this module: `trust_remote_code` imports a checkpoint's copy of the package
-# beside the installed one, and an operator name can be registered only once.
-OPERATOR_NAMESPACE = "slstm_" + re.sub(r"\W", "_", __name__)
-
 
 def options_not_covered(config) -> list[str]:
     """The switches of `config` set that the kernels do not cover, as `name=value` (empty when all are covered)."""
@@ -115,7 +109,7 @@ def sentence_update_backward_shapes(d_states, d_cells, word_forget, sentence_for
 def operator(name: str, launcher, shapes):
     """`launcher` as the custom operator `name` of this module's namespace, with `shapes` as its fake (the output
     shapes and dtypes that `torch.compile` traces with)."""
-    defined = torch.library.custom_op(f"{OPERATOR_NAMESPACE}::{name}", launcher, mutates_args=())
+    defined = torch.library.custom_op(operator_name(name), launcher, mutates_args=())
     defined.register_fake(shapes)
     return defined
 
