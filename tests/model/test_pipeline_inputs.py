@@ -1,6 +1,7 @@
 """`pipeline("token-classification")` and `pipeline("text-classification")` on what users pass: documents far longer
 than 512 words are tagged whole (the S-LSTM has no length limit), and an empty text in a batch gives no entities, or
-the class of its boundary tokens, instead of failing the batch."""
+the class of its boundary tokens, as the pipelines give a BERT model, leaving the other texts of the batch as when
+alone."""
 
 import random
 
