@@ -13,8 +13,10 @@ special id (it gets `<unk>`'s id and its own spelling), so it cannot drop out of
 How text is split into words:
 
 - Pre-split input (`is_split_into_words=True`, the training data): exactly one token per given word, whatever it
-  holds (`"York,"`, `"U.S."`, even `"New York"` stay one token each); an empty word is an error.
-- Raw text: split on whitespace, then every chunk is cut into the successive matches of `WORD_PATTERN`, the first
+  holds (`"York,"`, `"U.S."`, even `"New York"` stay one token each); an empty word, or a sentence without words,
+  is an error.
+- Raw text: split on whitespace (an empty or blank text has no words: it encodes as `<s> </s>`, as other tokenizers
+  give their special tokens alone), then every chunk is cut into the successive matches of `WORD_PATTERN`, the first
   alternative that matches winning, as CoNLL-2003 / Penn-Treebank text is tokenised:
 
   1. a web address, without the punctuation that ends the chunk: `http://bit.ly/aQun1b`, `www.reuters.com`;
@@ -49,7 +51,6 @@ encoder's leading framing token maps to `<s>`, its closing one to `</s>`). They 
 be many subwords) and are padded on the right with zeros, by the call itself and by `pad`.
 """
 
-import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
@@ -132,51 +133,26 @@ def _check_words(words: Sequence[str], sentence_index: int) -> None:
             )
 
 
-def _check_sentences(sentences: Sequence, is_split_into_words: bool, allow_empty_text: bool = False) -> None:
-    """Raises a clear `ValueError` for an empty sentence or an empty word, naming the sentence (its index in the
-    batch), instead of letting the backend drop them silently.
+def _check_pre_split_sentences(sentences: Sequence) -> None:
+    """Raises a clear `ValueError` for a pre-split sentence that is a string, has no words or has an empty word,
+    naming the sentence (its index in the batch), instead of letting the backend drop the empty words silently.
 
     Args:
         sentences (`Sequence`):
-            A batch of raw texts (`str`) or, with `is_split_into_words`, of word lists.
-        is_split_into_words (`bool`):
-            Whether the sentences are word lists.
-        allow_empty_text (`bool`, *optional*, defaults to `False`):
-            Let an empty or whitespace-only raw text through (it encodes as `<s> </s>`, no words).
+            A batch of sentences given with `is_split_into_words=True`, each a list of words.
     """
     for index, sentence in enumerate(sentences):
-        if allow_empty_text and isinstance(sentence, str) and not sentence.strip():
-            continue
-        if is_split_into_words:
-            if isinstance(sentence, str):
-                raise ValueError(
-                    f"With is_split_into_words=True, expected sentence {index} to be a list of words, got the string "
-                    f"{sentence!r}."
-                )
-            if len(sentence) == 0:
-                raise ValueError(f"Sentence {index} is empty: expected at least one word.")
-            _check_words(sentence, index)
-        elif isinstance(sentence, str) and not sentence.strip():
-            raise ValueError(f"Sentence {index} is empty: expected text with at least one word, got {sentence!r}.")
-
-
-def _has_blank_text(sentences: Sequence) -> bool:
-    """Whether a raw text of `sentences` is empty or whitespace only."""
-    return any(isinstance(sentence, str) and not sentence.strip() for sentence in sentences)
-
-
-def _called_by_a_pipeline() -> bool:
-    """Whether a method of a `transformers.Pipeline` is among the callers: a pipeline tokenizes each input of a batch
-    alone (`TextClassificationPipeline.preprocess`), so an error there would fail the whole batch and name every
-    input "Sentence 0"."""
-    from transformers import Pipeline  # only asked when a text is blank: importing the pipelines costs a second
-
-    frame = sys._getframe(1)
-    while frame is not None:
-        if isinstance(frame.f_locals.get("self"), Pipeline):
-            return True
-        frame = frame.f_back
-    return False
+        if isinstance(sentence, str):
+            raise ValueError(
+                f"With is_split_into_words=True, expected sentence {index} to be a list of words, got the string "
+                f"{sentence!r}."
+            )
+        if len(sentence) == 0:
+            raise ValueError(
+                f"Sentence {index} is empty: with is_split_into_words=True, expected at least one word (an empty raw "
+                "text, without is_split_into_words, encodes as <s> </s>)."
+            )
+        _check_words(sentence, index)
 
 
 def _is_batch(text, is_split_into_words: bool) -> bool:
@@ -280,11 +256,10 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
     Outputs, per sentence: `input_ids` `(seq,)`, `attention_mask` `(seq,)` and `char_ids` `(seq, max_word_length)`;
     with `return_tensors="pt"` and a batch, `char_ids` is a `(batch, seq, max_word_length)` tensor. Pre-split input
     (`is_split_into_words=True`) gives exactly one token per word; raw text is split as described in the module
-    docstring, with offsets into the given text. An empty sentence or an empty word raises a `ValueError` naming the
-    sentence, except that an empty raw text encodes as `<s> </s>` (no words) inside a `transformers` pipeline or when
-    offsets and the special-tokens mask are asked for: `pipeline("token-classification")` then returns no entities
-    for it, `pipeline("text-classification")` the prediction for the boundary tokens alone, and either one a result
-    for every other text of the batch.
+    docstring, with offsets into the given text. An empty or whitespace-only raw text encodes as `<s> </s>` (no
+    words), as other tokenizers give their special tokens alone: `pipeline("token-classification")` then returns no
+    entities for it, `pipeline("text-classification")` the prediction for the boundary tokens alone. A pre-split
+    sentence without words, or with an empty word, raises a `ValueError` naming the sentence.
 
     Args:
         char_vocabulary (`list[str]`):
@@ -511,21 +486,17 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
     ) -> BatchEncoding:
         batched = _is_batch(text, is_split_into_words)
         texts = list(text) if batched else [text]
-        pairs = text_pair if batched or text_pair is None else [text_pair]
-        # A pipeline, or a caller that maps tokens back to the text (offsets and the special-tokens mask, as
-        # `pipeline("token-classification")` asks for), gets no words for an empty text, as with other tokenizers,
-        # instead of an error that would fail a whole batch of texts.
-        aligns_to_text = bool(kwargs.get("return_offsets_mapping") and kwargs.get("return_special_tokens_mask"))
-        sentences = texts + list(pairs) if isinstance(pairs, (list, tuple)) else texts
-        allow_empty_text = aligns_to_text or (_has_blank_text(sentences) and _called_by_a_pipeline())
-        _check_sentences(texts, is_split_into_words, allow_empty_text=allow_empty_text)
+        # An empty second text is no pair, as `TokenizersBackend._encode_plus` has it.
+        pairs = text_pair if batched else [text_pair] if text_pair else None
+        if is_split_into_words:
+            _check_pre_split_sentences(texts)
+            if isinstance(pairs, (list, tuple)):
+                _check_pre_split_sentences(pairs)
         if pairs is not None and self.subword_backend is not None:
             raise ValueError(
                 "Sentence pairs are not supported with a feature encoder's subwords (subword_tokenizer): pass single "
                 "sentences"
             )
-        if isinstance(pairs, (list, tuple)):
-            _check_sentences(pairs, is_split_into_words, allow_empty_text=allow_empty_text)
         add_special_tokens = kwargs.get("add_special_tokens", True)
         truncation = kwargs.get("truncation_strategy", TruncationStrategy.DO_NOT_TRUNCATE)
         # Windows over a long text (`return_overflowing_tokens`, the pipelines' `stride`) cover all of it instead:

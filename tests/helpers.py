@@ -157,3 +157,13 @@ def save_tiny_encoder(folder) -> str:
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def tiny_bert_tokenizer(words: list[str]):
+    """A `BertTokenizerFast` over `words` (lower-case), built in memory: the special tokens `[PAD]`=0, `[UNK]`=1,
+    `[CLS]`=2, `[SEP]`=3 have the ids of the word tokenizer's `<pad>`, `<unk>`, `<s>`, `</s>`, so that the two frame
+    and pad a text with the same ids. The oracle for what `transformers`' tokenizers do with odd input."""
+    from transformers import BertTokenizerFast
+
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    return BertTokenizerFast(vocab={token: index for index, token in enumerate(vocabulary)})

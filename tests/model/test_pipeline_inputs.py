@@ -1,13 +1,14 @@
 """`pipeline("token-classification")` and `pipeline("text-classification")` on what users pass: documents far longer
 than 512 words are tagged whole (the S-LSTM has no length limit), and an empty text in a batch gives no entities, or
-the class of its boundary tokens, instead of failing the batch."""
+the class of its boundary tokens, as the pipelines give a BERT model, leaving the other texts of the batch as when
+alone."""
 
 import random
 
 import pytest
 import torch
-from helpers import BIO_LABELS, randomize_, word_tagger
-from transformers import pipeline
+from helpers import BIO_LABELS, randomize_, tiny_bert_tokenizer, word_tagger
+from transformers import BertConfig, BertForSequenceClassification, BertForTokenClassification, pipeline
 
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
@@ -45,20 +46,14 @@ def test_an_empty_text_in_a_batch_gives_no_entities():
     assert batched[0] == tag(texts[0]) and batched[3] == tag(texts[3])  # the other texts as when tagged alone
 
 
-def test_direct_calls_keep_the_error_with_the_right_index():
-    tokenizer = tagger(use_crf=True)[1]
-    with pytest.raises(ValueError, match="Sentence 2 is empty"):
-        tokenizer(["John", "Paris", " "])
-    with pytest.raises(ValueError, match="Sentence 0 is empty"):
-        tokenizer("")
-
-
-def sentiment_classifier():
-    """A small two-label S-LSTM classifier with every parameter drawn, and its word tokenizer."""
+def sentiment_classifier(**overrides):
+    """A small two-label S-LSTM classifier with every parameter drawn, and its word tokenizer; `overrides` change the
+    config."""
     tokenizer = build_word_tokenizer([["great", "fun", "."], ["boring", "and", "long", "."]])
     config = SLSTMConfig(
         embedding_dim=8, hidden_size=8, num_steps=2, embedding_dropout=0.0, hidden_dropout=0.0,
         classifier_dropout=0.0, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+        char_dropout=0.0, **overrides,
     )  # fmt: skip
     update_config_from_tokenizer(config, tokenizer)
     return randomize_(SLSTMForSequenceClassification(config), seed=1).eval(), tokenizer
@@ -95,8 +90,72 @@ def test_text_classification_gives_a_label_for_every_text_of_a_batch(batch_size)
         assert prediction["label"] == expected["label"]
         assert prediction["score"] == pytest.approx(expected["score"], abs=1e-6)
         assert prediction == pytest.approx(classify(text)[0], abs=1e-6)  # as when classified alone
-    # direct calls still refuse an empty text, naming it
-    with pytest.raises(ValueError, match="Sentence 1 is empty"):
-        tokenizer(texts, return_tensors="pt", padding=True)
-    with pytest.raises(ValueError, match="Sentence 0 is empty"):
-        tokenizer("", return_tensors="pt")
+
+
+MODELS_AND_TEXTS = {
+    "tagger": (lambda: tagger(use_crf=False), ["John w1 Paris .", "", "w3", "  "]),
+    "CRF tagger": (lambda: tagger(use_crf=True), ["", "John w1 Paris .", " \t", "w3"]),
+    "sentence pooling": (lambda: sentiment_classifier(), ["great fun .", "", "boring", " "]),
+    "attention pooling": (lambda: sentiment_classifier(classifier_pooling="attention"), ["", "boring and long ."]),
+    "mean pooling": (lambda: sentiment_classifier(classifier_pooling="mean"), ["", "boring and long .", ""]),
+    "characters": (lambda: sentiment_classifier(use_char_features=True), ["fun", "", "zzz great ."]),
+}
+
+
+@pytest.mark.parametrize("name", MODELS_AND_TEXTS)
+def test_a_text_without_words_leaves_the_other_texts_of_its_batch_as_alone(name):
+    """A blank text is `<s> </s>`: the model gives it finite outputs, and in a batch padded on either side every text
+    (blank or not) gets the outputs it gets alone."""
+    make_model, texts = MODELS_AND_TEXTS[name]
+    model, tokenizer = make_model()
+    with torch.no_grad():
+        alone = [model(**tokenizer(text, return_tensors="pt")).logits[0] for text in texts]
+        for side in ("right", "left"):
+            batch = tokenizer(texts, padding=True, padding_side=side, return_tensors="pt")
+            batched = model(**batch).logits
+            for row, logits in enumerate(alone):
+                assert torch.isfinite(logits).all()
+                if batched.dim() == 3:  # (batch, seq, labels): the real positions of the row
+                    batched_logits = batched[row][batch["attention_mask"][row].bool()]
+                else:
+                    batched_logits = batched[row]
+                torch.testing.assert_close(batched_logits, logits, atol=1e-5, rtol=0, msg=f"{side} padding, {row}")
+
+
+def tiny_bert(model_class, tokenizer, id2label: dict):
+    """A one-layer BERT (hidden 8) with drawn weights, over `tokenizer`'s vocabulary."""
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+        id2label=id2label, label2id={label: index for index, label in id2label.items()},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return model_class(config).eval()
+
+
+@pytest.mark.parametrize("encoder", ["BERT", "S-LSTM"])
+def test_pipelines_treat_blank_texts_as_with_a_bert_model(encoder):
+    """What `transformers`' pipelines give a BERT model for an empty or blank text, run the same for both: no
+    entities from token classification (whatever the aggregation), and from text classification the prediction for
+    the special tokens alone (`[CLS] [SEP]`, `<s> </s>`: ids 2 and 3 in both), the other texts as when alone."""
+    texts = ["", "great fun . Paris", " \t"]
+    if encoder == "BERT":
+        tokenizer = tagger_tokenizer = tiny_bert_tokenizer(["great", "fun", "."])
+        classifier = tiny_bert(BertForSequenceClassification, tokenizer, {0: "negative", 1: "positive"})
+        text_tagger = tiny_bert(BertForTokenClassification, tokenizer, dict(enumerate(BIO_LABELS)))
+    else:
+        classifier, tokenizer = sentiment_classifier()
+        text_tagger, tagger_tokenizer = tagger(use_crf=True)
+    classify = pipeline("text-classification", model=classifier, tokenizer=tokenizer)
+    predictions = classify(texts, batch_size=3)
+    framing_alone = expected_prediction(classifier, [2, 3])
+    for text, prediction in zip(texts, predictions, strict=True):
+        assert prediction == pytest.approx(classify(text)[0], abs=1e-6)
+        if not text.strip():
+            assert prediction["label"] == framing_alone["label"]
+            assert prediction["score"] == pytest.approx(framing_alone["score"], abs=1e-6)
+    for aggregation in ("none", "simple"):
+        tag = pipeline(
+            "token-classification", model=text_tagger, tokenizer=tagger_tokenizer, aggregation_strategy=aggregation
+        )
+        tagged = tag(texts, batch_size=3)
+        assert tagged[0] == tagged[2] == [] and tagged[1] == tag(texts[1])

@@ -9,6 +9,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from baselines import BaselineEncoderConfig
+from helpers import tiny_bert_tokenizer
 from modeling_slstm import SLSTMConfig
 from modeling_slstm.tokenization_slstm import (
     SPECIAL_TOKENS,
@@ -218,10 +219,8 @@ def test_words_that_look_like_special_tokens_are_words(tokenizer, literal):
 @pytest.mark.parametrize(
     "text, is_split_into_words, message",
     [
-        ("", False, "Sentence 0 is empty"),
-        (["a b", " \t"], False, "Sentence 1 is empty"),
-        ([], True, "Sentence 0 is empty: expected at least one word"),
-        ([["a"], []], True, "Sentence 1 is empty: expected at least one word"),
+        ([], True, "Sentence 0 is empty: with is_split_into_words=True, expected at least one word"),
+        ([["a"], []], True, "Sentence 1 is empty: with is_split_into_words=True, expected at least one word"),
         ([["a"], ["b", ""]], True, "Sentence 1 has an empty word at position 1"),
         ("a b", True, "expected sentence 0 to be a list of words, got the string 'a b'"),
         ([["a"], "a b"], True, "expected sentence 1 to be a list of words, got the string 'a b'"),
@@ -310,3 +309,95 @@ def test_update_config_from_tokenizer(tokenizer, config_class):
     assert word_only.vocab_size == 11
     with pytest.raises(ValueError, match="use_char_features=True but the tokenizer .TokenizersBackend. gives no"):
         update_config_from_tokenizer(config, plain)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Empty and blank raw text, against a BERT tokenizer
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def as_lists(value):
+    """A tensor as nested lists; lists as they are."""
+    return value.tolist() if isinstance(value, torch.Tensor) else value
+
+
+def layout(encoding) -> dict:
+    """What an encoding says about the texts whatever the vocabulary: whether it is a tensor, a batch, the framing and
+    padding ids (-1 at a word's token), each token's word and sequence, the masks, offsets and overflow mapping."""
+    ids = as_lists(encoding["input_ids"])
+    batched = bool(ids) and isinstance(ids[0], list)
+    result = {"tensor": isinstance(encoding["input_ids"], torch.Tensor), "batched": batched}
+    result["framing"] = [
+        [token if word is None else -1 for token, word in zip(row, encoding.word_ids(index), strict=True)]
+        for index, row in enumerate(ids if batched else [ids])
+    ]
+    result["words"] = [encoding.word_ids(index) for index in range(len(encoding.encodings))]
+    result["sequences"] = [encoding.sequence_ids(index) for index in range(len(encoding.encodings))]
+    for key in ("attention_mask", "special_tokens_mask", "offset_mapping", "overflow_to_sample_mapping"):
+        result[key] = as_lists(encoding.get(key))
+    return result
+
+
+@pytest.fixture(scope="module")
+def bert_tokenizer():
+    return tiny_bert_tokenizer(["the", "cat", "sat"])
+
+
+ALIGNED = {"return_offsets_mapping": True, "return_special_tokens_mask": True}
+
+
+@pytest.mark.parametrize(
+    "args, options",
+    [
+        (("",), {}),
+        (("   ",), ALIGNED),
+        ((" \t\n",), {"return_tensors": "pt"}),
+        ((["", "the cat"],), {"padding": True, **ALIGNED}),
+        ((["the cat sat", "", "  "],), {"padding": True, "padding_side": "left", "return_tensors": "pt"}),
+        ((["", "a"],), {"padding": "max_length", "max_length": 5, "return_tensors": "pt", **ALIGNED}),
+        ((["", "the cat sat dog"],), {"truncation": True, "max_length": 4, "padding": True}),
+        ((["", "the cat sat dog", " "],), {"truncation": True, "max_length": 4, "stride": 1,
+                                           "return_overflowing_tokens": True, **ALIGNED}),
+        (("the", ""), ALIGNED),  # an empty second text is no pair
+        (("", "the"), ALIGNED),
+        ((["", "cat", " "], ["the", "", ""]), {"padding": True, **ALIGNED}),
+    ],
+)  # fmt: skip
+def test_empty_and_blank_text_encode_as_a_bert_tokenizer_does(tokenizer, bert_tokenizer, args, options):
+    """`<s> </s>` where BERT gives `[CLS] [SEP]`, in single and batched calls, pairs, padding, truncation and
+    overflowing windows; the texts' words split alike in both, so everything but the words' ids must agree."""
+    ours = tokenizer(*args, **options)
+    assert layout(ours) == layout(bert_tokenizer(*args, **options))
+    input_ids, char_ids = as_lists(ours["input_ids"]), as_lists(ours["char_ids"])
+    if not isinstance(input_ids[0], list):
+        input_ids, char_ids = [input_ids], [char_ids]
+    blank = [0] * (tokenizer.max_word_length - 1)
+    for token_ids, rows in zip(input_ids, char_ids, strict=True):
+        assert len(rows) == len(token_ids)
+        for token, row in zip(token_ids, rows):
+            if token in (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id):
+                # padding's row is all zeros; the framing's is its reserved character id (its token id), then zeros
+                assert row == [token, *blank]
+
+
+def test_blank_sentences_of_a_dataset_tokenize_as_transformers_run_classification_does(tokenizer, bert_tokenizer):
+    """transformers' `examples/pytorch/text-classification/run_classification.py` tokenizes the sentence column with
+    `datasets.map(batched=True)`, padded to `max_seq_length` and truncated: a training file with a blank sentence
+    gives it the special tokens alone, and every other sentence its words."""
+    from datasets import Dataset
+
+    sentences = ["the cat sat", "", "sat the cat sat the cat", "  \t"]
+    dataset = Dataset.from_dict({"sentence": sentences, "label": [0, 1, 0, 1]})
+
+    def preprocessed(word_tokenizer):
+        def preprocess(examples):
+            return word_tokenizer(examples["sentence"], padding="max_length", max_length=6, truncation=True)
+
+        return dataset.map(preprocess, batched=True, batch_size=3)  # the blank sentences in two map batches
+
+    ours, bert = preprocessed(tokenizer), preprocessed(bert_tokenizer)
+    assert ours["attention_mask"] == bert["attention_mask"]
+    for sentence, ids, bert_ids in zip(sentences, ours["input_ids"], bert["input_ids"], strict=True):
+        words = tokenizer.convert_tokens_to_ids(sentence.split()[:4])
+        assert ids == [2, *words, 3] + [0] * (4 - len(words))
+        assert [token if token < 4 else -1 for token in bert_ids] == [token if token < 4 else -1 for token in ids]

@@ -65,3 +65,30 @@ def test_checkpoint_problems_are_named(tmp_path):
     truncate(folder / "optimizer.pt", keep_fraction=0.9)
     assert checkpoint_problem(folder) == "optimizer.pt is missing or incomplete"
     assert last_complete_checkpoint(str(tmp_path)) is None  # nothing complete: the run starts from the beginning
+
+
+def write_complete_checkpoint(folder):
+    """A checkpoint folder with everything a resume reads: weights, trainer state, optimizer and scheduler."""
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    save_file({"weight": torch.ones(3)}, folder / "model.safetensors")
+    (folder / "trainer_state.json").write_text("{}")
+    torch.save({"state": {}, "param_groups": []}, folder / "optimizer.pt")
+    torch.save({"last_epoch": 1, "base_lrs": [1e-3]}, folder / "scheduler.pt")
+
+
+@pytest.mark.parametrize("damage", ["missing", "cut short"])
+def test_a_newest_checkpoint_without_a_whole_scheduler_is_not_resumed_from(tmp_path, damage):
+    """The LR schedule is part of the state a resume restores: without a whole `scheduler.pt` the newest checkpoint is
+    passed over for the one before."""
+    older, newest = tmp_path / "checkpoint-5", tmp_path / "checkpoint-10"
+    write_complete_checkpoint(older)
+    write_complete_checkpoint(newest)
+    assert last_complete_checkpoint(str(tmp_path)) == str(newest)
+    if damage == "missing":
+        (newest / "scheduler.pt").unlink()
+    else:
+        truncate(newest / "scheduler.pt", keep_fraction=0.9)
+    assert checkpoint_problem(newest) == "scheduler.pt is missing or incomplete"
+    assert last_complete_checkpoint(str(tmp_path)) == str(older)

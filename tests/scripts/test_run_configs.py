@@ -243,3 +243,16 @@ def test_bf16_on_a_cpu_without_native_bf16_warns(tmp_path, monkeypatch, caplog, 
         logging_setup.warn_if_bf16_is_slow(training_args)
     warned = [record.getMessage() for record in caplog.records if "without native bf16" in record.getMessage()]
     assert len(warned) == (0 if native_bf16 else 1)
+
+
+@pytest.mark.parametrize("warmup", ["4", "0.25"])  # steps, or a fraction of the training steps
+def test_warmup_steps_take_the_place_of_the_recipes_per_epoch_decay(tmp_path, caplog, warmup):
+    """`--warmup_steps` chooses the Trainer's warmup-then-decay schedule: the recipe's per-epoch decay yields to it,
+    as to `--lr_scheduler_type`, and the rest of the recipe applies."""
+    caplog.set_level(logging.INFO)
+    training_args, applied = resolve(tmp_path, REPO / "hub_configs" / "slstm-pos.json", "--warmup_steps", warmup)
+    assert training_args.warmup_steps == float(warmup)
+    assert training_args.lr_decay_per_epoch is None
+    assert applied == {name: value for name, value in PAPER_RECIPE.items() if name != "lr_decay_per_epoch"}
+    (line,) = recipe_lines(caplog)
+    assert line.endswith("kept from the command line: lr_decay_per_epoch=None")

@@ -206,3 +206,23 @@ def test_token_budget_with_two_processes_gradient_accumulation_and_resume(tmp_pa
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_batches_come_in_a_fresh_random_order_every_epoch():
+    """Length-grouped batches handed out shortest first (or in one fixed order) would give every epoch the same
+    curriculum: the batch order is drawn anew each epoch. Ranked by length, each epoch's batches come in a different
+    permutation, unrelated to length (Spearman's rank correlation of position and length far from ±1)."""
+    lengths = [length for length in range(3, 63) for _ in range(4)]  # 240 examples
+    random.Random(2).shuffle(lengths)
+    sampler = TokenBudgetBatchSampler(lengths, 120, seed=7)
+    assert len(sampler) >= 30
+    permutations = []
+    for epoch in range(4):
+        shortest = [min(lengths[index] for index in batch) for batch in epoch_batches(sampler, epoch)]
+        by_length = sorted(range(len(shortest)), key=lambda position: (shortest[position], position))
+        ranks = [by_length.index(position) for position in range(len(shortest))]  # the rank of each position
+        count = len(ranks)
+        spearman = 1 - 6 * sum((rank - position) ** 2 for position, rank in enumerate(ranks)) / (count**3 - count)
+        assert abs(spearman) < 0.5, (epoch, ranks)
+        permutations.append(tuple(ranks))
+    assert len(set(permutations)) == len(permutations)

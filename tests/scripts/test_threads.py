@@ -238,3 +238,13 @@ def test_busy_machine_benchmark_prints_its_table(capsys):
     threads_ = results[0, "auto"]["threads"]
     assert lines[4].startswith("| --threads auto | ")
     assert lines[4].endswith(f"x), {threads_} thread{'s' if threads_ > 1 else ''} |")
+
+
+def test_a_core_whose_counters_did_not_move_counts_as_idle():
+    """A core with no ticks at all in the window (a tickless kernel stops the tick of an idle core) ran nothing."""
+    # cpu0 busy for the whole window; cpu1's counters as before.
+    cpu0_busy = STAT_BEFORE.replace("cpu0 1000", "cpu0 1025")
+    assert idle_cores(snapshot(STAT_BEFORE), snapshot(cpu0_busy), cores={0, 1}, processes=1) == pytest.approx(1.0)
+    idle = idle_cores(snapshot(STAT_BEFORE), snapshot(STAT_BEFORE), cores={0, 1}, processes=1)
+    assert idle == pytest.approx(2.0)
+    assert thread_count(idle, limit=2, processes=1) == 2
