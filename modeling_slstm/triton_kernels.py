@@ -24,8 +24,15 @@ Gate block order as in `SLSTMStateTransition`: window gates `l_w … f … r_w`,
 from dataclasses import dataclass
 
 import torch
-import triton
-import triton.language as tl
+
+# `triton_step.load_kernels` imports this module when a fused step is first considered, and reports an ImportError.
+# In a `try` block because transformers' check of a checkpoint's code files skips the imports there: a checkpoint
+# loads (and runs the readable step) where Triton is not installed.
+try:
+    import triton
+    import triton.language as tl
+except ImportError as error:
+    raise ImportError(f"the fused S-LSTM step needs Triton: {error}") from error
 
 try:  # the kernels below are interpreted (TRITON_INTERPRET=1 when this module was imported) or compiled
     from triton.runtime.interpreter import InterpretedFunction
@@ -421,117 +428,22 @@ class KernelTiles:
 
 
 GPU_TILES = KernelTiles()
+TILE_IN_THE_INTERPRETER = False
 
 
-def use_tiles(tiles: KernelTiles):
-    """Makes every later launch tile its work as `tiles` says."""
-    global GPU_TILES
-    GPU_TILES = tiles
+def use_tiles(tiles: KernelTiles, in_the_interpreter: bool = False):
+    """Makes every later launch tile its work as `tiles` says: on a GPU, and with `in_the_interpreter` also in
+    Triton's interpreter (for tests of the tiling; by default the interpreter takes a sentence per tile)."""
+    global GPU_TILES, TILE_IN_THE_INTERPRETER
+    GPU_TILES, TILE_IN_THE_INTERPRETER = tiles, in_the_interpreter
 
 
-def block_sizes(seq: int, hidden: int, slots: int) -> tuple[int, int]:
-    """`(BLOCK_S, BLOCK_H)` for tiles `(BLOCK_S, slots, BLOCK_H)`: on a GPU as `GPU_TILES` says; in the interpreter,
-    which pays per program and per operation rather than per value, all of a sentence at once."""
-    block_h = triton.next_power_of_2(hidden)
-    if is_interpreted():
-        return triton.next_power_of_2(seq), block_h
-    block_h = min(block_h, GPU_TILES.max_block_h)
-    return max(1, min(triton.next_power_of_2(seq), GPU_TILES.values_per_tile // (slots * block_h))), block_h
-
-
-def word_update_forward(
-    window_pre: torch.Tensor,
-    input_terms: torch.Tensor,
-    sentence_term: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    window_size: int,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launches `word_update_forward_kernel`: contiguous inputs as in the module docstring (`sentence_term` and
-    `sentence_cells` unread without sentence nodes) -> `(h^t, c^t)` in the dtype of `cells`."""
-    batch, seq, hidden = cells.shape
-    nodes = sentence_cells.shape[1]
-    new_states, new_cells = torch.empty_like(cells), torch.empty_like(cells)
-    gates = triton.next_power_of_2(2 * window_size + nodes + 2)
-    block_s, block_h = block_sizes(seq, hidden, gates)
-    grid = (batch, triton.cdiv(seq, block_s), triton.cdiv(hidden, block_h))
-    word_update_forward_kernel[grid](
-        window_pre, input_terms, sentence_term if nodes else cells, cells, sentence_cells if nodes else cells, mask,
-        new_states, new_cells, seq, hidden, WINDOW=window_size, NODES=nodes, GATES=gates,
-        SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s, BLOCK_H=block_h, num_warps=GPU_TILES.num_warps,
-    )  # fmt: skip
-    return new_states, new_cells
-
-
-def word_update_backward(
-    d_states: torch.Tensor, d_cells: torch.Tensor, window_pre: torch.Tensor, input_terms: torch.Tensor,
-    sentence_term: torch.Tensor, cells: torch.Tensor, sentence_cells: torch.Tensor, mask: torch.Tensor,
-    window_size: int, sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Launches `word_update_backward_kernel` -> gradients of `(word terms, sentence_term, cells, sentence_cells)`,
-    each shaped and typed like its input (the word terms like `window_pre`)."""
-    batch, seq, hidden = cells.shape
-    nodes = sentence_cells.shape[1]
-    d_pre = torch.empty_like(window_pre)
-    d_sentence_term, d_sentence_cells = torch.empty_like(sentence_term), torch.empty_like(sentence_cells)
-    d_prev_cells = torch.empty_like(cells)
-    gates = triton.next_power_of_2(2 * window_size + nodes + 2)
-    block_s, block_h = block_sizes(seq, hidden, gates)
-    word_update_backward_kernel[(batch, triton.cdiv(hidden, block_h))](
-        d_states, d_cells, window_pre, input_terms, sentence_term if nodes else cells, cells,
-        sentence_cells if nodes else cells, mask, d_pre, d_sentence_term if nodes else d_pre, d_prev_cells,
-        d_sentence_cells if nodes else d_prev_cells, seq, hidden, WINDOW=window_size, NODES=nodes, GATES=gates,
-        SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s, BLOCK_H=block_h, num_warps=GPU_TILES.num_warps,
-    )  # fmt: skip
-    return d_pre, d_sentence_term, d_prev_cells, d_sentence_cells
-
-
-def sentence_update_forward(
-    word_forget: torch.Tensor,
-    sentence_forget: torch.Tensor,
-    sentence_pre: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launches `sentence_update_forward_kernel` -> `(g^t, c_g^t)` in the dtype of `cells`, and the float32 cells
-    and log-normalisers `(batch, nodes, hidden)` that the backward reads."""
-    batch, seq, hidden = cells.shape
-    nodes = sentence_cells.shape[1]
-    new_states = cells.new_empty(batch, nodes, hidden)
-    new_cells = torch.empty_like(new_states)
-    saved_cells = torch.empty_like(new_states, dtype=torch.float32)
-    log_normalizers = torch.empty_like(saved_cells)
-    nodes_p = triton.next_power_of_2(nodes)
-    block_s, block_h = block_sizes(seq, hidden, nodes_p)
-    sentence_update_forward_kernel[(batch, triton.cdiv(hidden, block_h))](
-        word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, new_states, new_cells, saved_cells,
-        log_normalizers, seq, hidden, NODES=nodes, NODES_P=nodes_p, SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s,
-        BLOCK_H=block_h, num_warps=GPU_TILES.num_warps,
-    )  # fmt: skip
-    return new_states, new_cells, saved_cells, log_normalizers
-
-
-def sentence_update_backward(
-    d_states: torch.Tensor, d_cells: torch.Tensor, word_forget: torch.Tensor, sentence_forget: torch.Tensor,
-    sentence_pre: torch.Tensor, cells: torch.Tensor, sentence_cells: torch.Tensor, mask: torch.Tensor,
-    saved_cells: torch.Tensor, log_normalizers: torch.Tensor, sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """Launches `sentence_update_backward_kernel` -> gradients of `(word_forget, sentence_forget, sentence_pre,
-    cells, sentence_cells)`, each shaped and typed like its input."""
-    batch, seq, hidden = cells.shape
-    nodes = sentence_cells.shape[1]
-    d_word_forget, d_sentence_forget = torch.empty_like(word_forget), torch.empty_like(sentence_forget)
-    d_sentence_pre, d_prev_cells = torch.empty_like(sentence_pre), torch.empty_like(cells)
-    d_sentence_cells = torch.empty_like(sentence_cells)
-    nodes_p = triton.next_power_of_2(nodes)
-    block_s, block_h = block_sizes(seq, hidden, nodes_p)
-    sentence_update_backward_kernel[(batch, triton.cdiv(hidden, block_h))](
-        d_states, d_cells, word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, saved_cells,
-        log_normalizers, d_word_forget, d_sentence_forget, d_sentence_pre, d_prev_cells, d_sentence_cells, seq,
-        hidden, NODES=nodes, NODES_P=nodes_p, SIGMOID_SCORES=sigmoid_scores, BLOCK_S=block_s, BLOCK_H=block_h, num_warps=GPU_TILES.num_warps,
-    )  # fmt: skip
-    return d_word_forget, d_sentence_forget, d_sentence_pre, d_prev_cells, d_sentence_cells
+def tile_options(seq: int, hidden: int, slots: int) -> dict[str, int]:
+    """The launch options `BLOCK_S`, `BLOCK_H` (tiles `(BLOCK_S, slots, BLOCK_H)`) and `num_warps`: on a GPU as
+    `GPU_TILES` says; in the interpreter, which pays per program and per operation rather than per value, all of a
+    sentence at once (unless `use_tiles` says otherwise)."""
+    block_s, block_h = triton.next_power_of_2(seq), triton.next_power_of_2(hidden)
+    if not is_interpreted() or TILE_IN_THE_INTERPRETER:
+        block_h = min(block_h, GPU_TILES.max_block_h)
+        block_s = max(1, min(block_s, GPU_TILES.values_per_tile // (slots * block_h)))
+    return {"BLOCK_S": block_s, "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}

@@ -24,9 +24,10 @@ from helpers import build, pad, random_ids, real, tiny_config
 from modeling_slstm import SLSTMConfig, SLSTMModel, triton_step
 
 REPO = Path(__file__).resolve().parents[2]
+KERNELS = triton_step.load_kernels()
 needs_triton = pytest.mark.skipif(
-    triton_step.TRITON_IMPORT_ERROR is not None,
-    reason=f"triton is not installed ({triton_step.TRITON_IMPORT_ERROR}): pip install the test extra",
+    KERNELS.import_error is not None,
+    reason=f"triton is not installed ({KERNELS.import_error}): pip install the test extra",
 )
 LENGTHS = (5, 1, 3, 2)  # mixed, including a one-token sentence
 # Relative error = max |fused - readable| / max |readable| per tensor. The readable step rounds bf16 intermediates
@@ -54,7 +55,7 @@ def device(request) -> torch.device:
     """`cpu` (the kernels in Triton's interpreter) and `cuda` (compiled), each where this process can run it."""
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    if request.param == "cpu" and not triton_step.KERNELS_INTERPRETED:
+    if request.param == "cpu" and not KERNELS.interpreted:
         pytest.skip("the kernels were compiled in this process: test_cpu_cases_in_the_interpreter runs these")
     return torch.device(request.param)
 
@@ -183,7 +184,7 @@ def test_torch_compile_keeps_the_fused_step_in_one_graph(device):
 def fused_launches(monkeypatch) -> list[str]:
     """Records every call of a fused kernel pair's forward operator, by name."""
     launches = []
-    for name in ("word_update_operator", "sentence_update_operator"):
+    for name in ("word_update", "sentence_update"):
         operator = getattr(triton_step, name)
         monkeypatch.setattr(
             triton_step, name, lambda *args, _op=operator, _name=name: launches.append(_name) or _op(*args)
@@ -202,7 +203,7 @@ def test_step_implementation_chooses_the_step(implementation, fused, device, mon
     embeds, mask = padded_batch(model.config, device, torch.float32)
     model(inputs_embeds=embeds, attention_mask=mask)
     expected = fused if fused is not None else device.type == "cuda"
-    assert launches == (["word_update_operator", "sentence_update_operator"] * 3 if expected else [])
+    assert launches == (["word_update", "sentence_update"] * 3 if expected else [])
 
 
 def test_step_implementation_is_validated():
@@ -242,7 +243,7 @@ import sys
 sys.modules["triton"] = None  # `import triton` raises ImportError
 import torch
 from modeling_slstm import SLSTMConfig, SLSTMModel, triton_step
-assert triton_step.TRITON_IMPORT_ERROR is not None
+assert triton_step.load_kernels().import_error is not None
 config = SLSTMConfig(vocab_size=20, embedding_dim=4, hidden_size=4, num_steps=2)
 model = SLSTMModel(config)
 model(input_ids=torch.tensor([[4, 5, 6]]))
@@ -265,7 +266,7 @@ else:
 def test_cpu_cases_in_the_interpreter():
     """Where this process compiled the kernels (a GPU machine), the CPU cases in a fresh process with
     `TRITON_INTERPRET=1`."""
-    if triton_step.KERNELS_INTERPRETED:
+    if KERNELS.interpreted:
         pytest.skip("the kernels are interpreted in this process: the CPU cases ran here")
     environment = {**os.environ, "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "cpu"]
