@@ -181,6 +181,75 @@ def test_torch_compile_keeps_the_fused_step_in_one_graph(device):
     assert max(errors.values()) <= TOLERANCE[torch.float32], errors
 
 
+TILINGS = {
+    # The GPU's tiles: at hidden 40, BLOCK_H 32 (2 hidden blocks) and, for the 8 gate slots of window 2 with 2 nodes,
+    # BLOCK_S 16 (3 position blocks of 37 words).
+    "gpu tiles": {},
+    # BLOCK_H 8 (5 hidden blocks), BLOCK_S 8 for the word kernels (5 position blocks), 32 for the sentence kernels.
+    "small tiles": {"values_per_tile": 512, "max_block_h": 8},
+}
+
+
+@pytest.fixture(params=list(TILINGS))
+def tiles(request):
+    """The kernels tiled as on a GPU (or smaller) in the interpreter, where they take a sentence per tile otherwise;
+    the previous tiling is restored after the test."""
+    from modeling_slstm import triton_kernels
+
+    previous = (triton_kernels.GPU_TILES, triton_kernels.TILE_IN_THE_INTERPRETER)
+    triton_kernels.use_tiles(triton_kernels.KernelTiles(**TILINGS[request.param]), in_the_interpreter=True)
+    yield request.param
+    triton_kernels.use_tiles(*previous)
+
+
+def update_gradients(update, inputs: dict, parameters: dict, outputs_weights) -> dict:
+    """The outputs of `update(**inputs)` and the gradients of every input and of `parameters` under the loss
+    `Σ outputs · outputs_weights`."""
+    inputs = {name: t if t is None or name in ("mask", "lengths") else t.clone().requires_grad_() for name, t in inputs.items()}
+    outputs = update(**inputs)
+    loss = sum((output * weight).sum() for output, weight in zip(outputs, outputs_weights))
+    differentiable = {name: t for name, t in {**inputs, **parameters}.items() if t is not None and t.requires_grad}
+    gradients = torch.autograd.grad(loss, list(differentiable.values()), allow_unused=True)
+    results = {f"output {i}": output.detach() for i, output in enumerate(outputs)}
+    results.update({f"grad {name}": g for name, g in zip(differentiable, gradients) if g is not None})
+    return results
+
+
+@needs_triton
+def test_each_fused_update_matches_the_readable_one_across_tiles(tiles):
+    """Eq. 2 and Eq. 3, each fused update against the readable one, output by output and gradient by gradient, at
+    hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
+    if not KERNELS.interpreted:
+        pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
+    config = tiny_config(hidden_size=40, embedding_dim=8, window_size=2, num_sentence_nodes=2)
+    transition = build(SLSTMModel, config).transition
+    generator = torch.Generator().manual_seed(3)
+    batch, seq, hidden, nodes = 2, 37, 40, 2
+    lengths = torch.tensor([[37.0], [23.0]])
+    mask = (torch.arange(seq) < lengths).unsqueeze(-1).float()  # (batch, seq, 1)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator)
+
+    states = {"h": randn(batch, seq, hidden) * mask, "c": randn(batch, seq, hidden) * mask,
+              "g": randn(batch, nodes, hidden), "c_g": randn(batch, nodes, hidden)}  # fmt: skip
+    words = {**states, "input_gate_terms": randn(batch, seq, transition.num_context_blocks * hidden),
+             "input_content": None, "mask": mask}  # fmt: skip
+    sentence = {**states, "mask": mask, "lengths": lengths}  # lengths: a constant of the batch, as in the model
+    parameters = dict(transition.named_parameters())
+    for readable, fused, inputs, shapes in (
+        (transition.update_words, transition.fused_update_words, words, [(batch, seq, hidden)] * 2),
+        (transition.update_sentence, transition.fused_update_sentence, sentence, [(batch, nodes, hidden)] * 2),
+    ):
+        weights = [randn(*shape) for shape in shapes]
+        expected = update_gradients(readable, inputs, parameters, weights)
+        actual = update_gradients(fused, inputs, parameters, weights)
+        assert actual.keys() == expected.keys()
+        for name in expected:
+            tolerance = TOLERANCE[torch.float32] if name.startswith("output") else 10 * TOLERANCE[torch.float32]
+            assert relative_error(actual[name], expected[name]) <= tolerance, (fused.__name__, name)
+
+
 def fused_launches(monkeypatch) -> list[str]:
     """Records every call of a fused kernel pair's forward operator, by name."""
     launches = []
@@ -204,6 +273,21 @@ def test_step_implementation_chooses_the_step(implementation, fused, device, mon
     model(inputs_embeds=embeds, attention_mask=mask)
     expected = fused if fused is not None else device.type == "cuda"
     assert launches == (["word_update", "sentence_update"] * 3 if expected else [])
+
+
+@needs_triton
+def test_a_float16_model_runs_the_kernels(device, monkeypatch):
+    """float16 is one of the kernels' dtypes: a float16 model forced to `"triton"` launches them, and its outputs are
+    those of the readable step within float16's precision."""
+    launches = fused_launches(monkeypatch)
+    model = build(SLSTMModel, tiny_config(num_steps=2), dtype=torch.float16).to(device)
+    embeds, mask = padded_batch(model.config, device, torch.float16)
+    with torch.no_grad():
+        readable = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+        model.config.step_implementation = "triton"
+        fused = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+    assert launches == ["word_update", "sentence_update"] * 2
+    assert fused.dtype == torch.float16 and relative_error(fused, readable) <= 1e-2
 
 
 def test_step_implementation_is_validated():
