@@ -67,6 +67,7 @@ OPTIONS_NOT_COVERED = ("context_independent_content", "remove_output_gate")
 runs. The kernels cover every other option of the step: any `window_size` and `num_sentence_nodes` (0 included),
 both `gate_normalization`s, `hidden_dropout` (applied before the kernels), both `initial_state`s (outside the step)."""
 
+
 def options_not_covered(config) -> list[str]:
     """The switches of `config` set that the kernels do not cover, as `name=value` (empty when all are covered)."""
     return [f"{name}={getattr(config, name)!r}" for name in OPTIONS_NOT_COVERED if getattr(config, name)]
@@ -113,17 +114,21 @@ def uses_fused_step(config, states: torch.Tensor) -> bool:
     return True
 
 
-
-
 def next_power_of_2(value: int) -> int:
     return 1 << max(value - 1, 0).bit_length()
 
 
 @torch.library.custom_op(operator_name("word_update"), mutates_args=())
 def word_update(
-    window_pre: torch.Tensor, input_terms: torch.Tensor, sentence_term: torch.Tensor, cells: torch.Tensor,
-    sentence_cells: torch.Tensor, mask: torch.Tensor, window_size: int, sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    window_pre: torch.Tensor,
+    input_terms: torch.Tensor,
+    sentence_term: torch.Tensor | None,
+    cells: torch.Tensor,
+    sentence_cells: torch.Tensor,
+    mask: torch.Tensor,
+    window_size: int,
+    sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Launches `word_update_forward_kernel`: contiguous inputs as in `triton_kernels.py` (`sentence_term` and
     `sentence_cells` unread without sentence nodes) -> `(h^t, c^t)` in the dtype of `cells`."""
     kernels = load_kernels()
@@ -134,10 +139,22 @@ def word_update(
     tiles = kernels.tile_options(seq, hidden, gates)
     grid = (batch, -(-seq // tiles["BLOCK_S"]), -(-hidden // tiles["BLOCK_H"]))
     kernels.word_update_forward_kernel[grid](
-        window_pre, input_terms, sentence_term if nodes else cells, cells, sentence_cells if nodes else cells, mask,
-        new_states, new_cells, seq, hidden, WINDOW=window_size, NODES=nodes, GATES=gates,
-        SIGMOID_SCORES=sigmoid_scores, **tiles,
-    )  # fmt: skip
+        window_pre_ptr=window_pre,
+        input_terms_ptr=input_terms,
+        sentence_term_ptr=sentence_term if nodes else None,
+        cells_ptr=cells,
+        sentence_cells_ptr=sentence_cells if nodes else None,
+        mask_ptr=mask,
+        new_states_ptr=new_states,
+        new_cells_ptr=new_cells,
+        seq=seq,
+        hidden=hidden,
+        WINDOW=window_size,
+        NODES=nodes,
+        GATES=gates,
+        SIGMOID_SCORES=sigmoid_scores,
+        **tiles,
+    )
     return new_states, new_cells
 
 
@@ -148,39 +165,73 @@ def _(window_pre, input_terms, sentence_term, cells, sentence_cells, mask, windo
 
 @torch.library.custom_op(operator_name("word_update_backward"), mutates_args=())
 def word_update_backward(
-    d_states: torch.Tensor, d_cells: torch.Tensor, window_pre: torch.Tensor, input_terms: torch.Tensor,
-    sentence_term: torch.Tensor, cells: torch.Tensor, sentence_cells: torch.Tensor, mask: torch.Tensor,
-    window_size: int, sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    d_states: torch.Tensor,
+    d_cells: torch.Tensor,
+    window_pre: torch.Tensor,
+    input_terms: torch.Tensor,
+    sentence_term: torch.Tensor | None,
+    cells: torch.Tensor,
+    sentence_cells: torch.Tensor,
+    mask: torch.Tensor,
+    window_size: int,
+    sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launches `word_update_backward_kernel` -> gradients of `(word terms, sentence_term, cells, sentence_cells)`,
     each shaped and typed like its input (the word terms like `window_pre`)."""
     kernels = load_kernels()
     batch, seq, hidden = cells.shape
     nodes = sentence_cells.shape[1]
-    d_pre = torch.empty_like(window_pre)
-    d_sentence_term, d_sentence_cells = torch.empty_like(sentence_term), torch.empty_like(sentence_cells)
-    d_prev_cells = torch.empty_like(cells)
+    d_pre, d_sentence_term, d_prev_cells, d_sentence_cells = word_update_gradients(
+        window_pre, sentence_term, cells, sentence_cells
+    )
     gates = next_power_of_2(2 * window_size + nodes + 2)
     tiles = kernels.tile_options(seq, hidden, gates)
     kernels.word_update_backward_kernel[(batch, -(-hidden // tiles["BLOCK_H"]))](
-        d_states, d_cells, window_pre, input_terms, sentence_term if nodes else cells, cells,
-        sentence_cells if nodes else cells, mask, d_pre, d_sentence_term if nodes else d_pre, d_prev_cells,
-        d_sentence_cells if nodes else d_prev_cells, seq, hidden, WINDOW=window_size, NODES=nodes, GATES=gates,
-        SIGMOID_SCORES=sigmoid_scores, **tiles,
-    )  # fmt: skip
+        d_states_ptr=d_states,
+        d_cells_ptr=d_cells,
+        window_pre_ptr=window_pre,
+        input_terms_ptr=input_terms,
+        sentence_term_ptr=sentence_term if nodes else None,
+        cells_ptr=cells,
+        sentence_cells_ptr=sentence_cells if nodes else None,
+        mask_ptr=mask,
+        d_pre_ptr=d_pre,
+        d_sentence_term_ptr=d_sentence_term if nodes else None,
+        d_prev_cells_ptr=d_prev_cells,
+        d_sentence_cells_ptr=d_sentence_cells if nodes else None,
+        seq=seq,
+        hidden=hidden,
+        WINDOW=window_size,
+        NODES=nodes,
+        GATES=gates,
+        SIGMOID_SCORES=sigmoid_scores,
+        **tiles,
+    )
     return d_pre, d_sentence_term, d_prev_cells, d_sentence_cells
+
+
+def word_update_gradients(window_pre, sentence_term, cells, sentence_cells):
+    """Empty gradients of `(word terms, sentence_term, cells, sentence_cells)`; that of an absent `sentence_term`
+    (no sentence nodes) is empty."""
+    d_sentence_term = window_pre.new_empty(0) if sentence_term is None else torch.empty_like(sentence_term)
+    return torch.empty_like(window_pre), d_sentence_term, torch.empty_like(cells), torch.empty_like(sentence_cells)
 
 
 @word_update_backward.register_fake
 def _(d_states, d_cells, window_pre, input_terms, sentence_term, cells, sentence_cells, mask, *options):
-    return tuple(map(torch.empty_like, (window_pre, sentence_term, cells, sentence_cells)))
+    return word_update_gradients(window_pre, sentence_term, cells, sentence_cells)
 
 
 @torch.library.custom_op(operator_name("sentence_update"), mutates_args=())
 def sentence_update(
-    word_forget: torch.Tensor, sentence_forget: torch.Tensor, sentence_pre: torch.Tensor, cells: torch.Tensor,
-    sentence_cells: torch.Tensor, mask: torch.Tensor, sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    word_forget: torch.Tensor,
+    sentence_forget: torch.Tensor,
+    sentence_pre: torch.Tensor,
+    cells: torch.Tensor,
+    sentence_cells: torch.Tensor,
+    mask: torch.Tensor,
+    sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launches `sentence_update_forward_kernel` -> `(g^t, c_g^t)` in the dtype of `cells`, and the float32 cells
     and log-normalisers `(batch, nodes, hidden)` that the backward reads."""
     kernels = load_kernels()
@@ -190,9 +241,23 @@ def sentence_update(
     nodes_p = next_power_of_2(nodes)
     tiles = kernels.tile_options(seq, hidden, nodes_p)
     kernels.sentence_update_forward_kernel[(batch, -(-hidden // tiles["BLOCK_H"]))](
-        word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, new_states, new_cells, saved_cells,
-        log_normalizers, seq, hidden, NODES=nodes, NODES_P=nodes_p, SIGMOID_SCORES=sigmoid_scores, **tiles,
-    )  # fmt: skip
+        word_forget_ptr=word_forget,
+        sentence_forget_ptr=sentence_forget,
+        sentence_pre_ptr=sentence_pre,
+        cells_ptr=cells,
+        sentence_cells_ptr=sentence_cells,
+        mask_ptr=mask,
+        new_states_ptr=new_states,
+        new_cells_ptr=new_cells,
+        saved_cells_ptr=saved_cells,
+        log_normalizers_ptr=log_normalizers,
+        seq=seq,
+        hidden=hidden,
+        NODES=nodes,
+        NODES_P=nodes_p,
+        SIGMOID_SCORES=sigmoid_scores,
+        **tiles,
+    )
     return new_states, new_cells, saved_cells, log_normalizers
 
 
@@ -210,10 +275,18 @@ def _(word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, s
 
 @torch.library.custom_op(operator_name("sentence_update_backward"), mutates_args=())
 def sentence_update_backward(
-    d_states: torch.Tensor, d_cells: torch.Tensor, word_forget: torch.Tensor, sentence_forget: torch.Tensor,
-    sentence_pre: torch.Tensor, cells: torch.Tensor, sentence_cells: torch.Tensor, mask: torch.Tensor,
-    saved_cells: torch.Tensor, log_normalizers: torch.Tensor, sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    d_states: torch.Tensor,
+    d_cells: torch.Tensor,
+    word_forget: torch.Tensor,
+    sentence_forget: torch.Tensor,
+    sentence_pre: torch.Tensor,
+    cells: torch.Tensor,
+    sentence_cells: torch.Tensor,
+    mask: torch.Tensor,
+    saved_cells: torch.Tensor,
+    log_normalizers: torch.Tensor,
+    sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launches `sentence_update_backward_kernel` -> gradients of `(word_forget, sentence_forget, sentence_pre,
     cells, sentence_cells)`, each shaped and typed like its input."""
     kernels = load_kernels()
@@ -222,11 +295,30 @@ def sentence_update_backward(
     gradients = sentence_update_backward_outputs(word_forget, sentence_forget, sentence_pre, cells, sentence_cells)
     nodes_p = next_power_of_2(nodes)
     tiles = kernels.tile_options(seq, hidden, nodes_p)
+    d_word_forget, d_sentence_forget, d_sentence_pre, d_prev_cells, d_sentence_cells = gradients
     kernels.sentence_update_backward_kernel[(batch, -(-hidden // tiles["BLOCK_H"]))](
-        d_states, d_cells, word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, saved_cells,
-        log_normalizers, *gradients, seq, hidden, NODES=nodes, NODES_P=nodes_p, SIGMOID_SCORES=sigmoid_scores,
+        d_states_ptr=d_states,
+        d_cells_ptr=d_cells,
+        word_forget_ptr=word_forget,
+        sentence_forget_ptr=sentence_forget,
+        sentence_pre_ptr=sentence_pre,
+        cells_ptr=cells,
+        sentence_cells_ptr=sentence_cells,
+        mask_ptr=mask,
+        saved_cells_ptr=saved_cells,
+        log_normalizers_ptr=log_normalizers,
+        d_word_forget_ptr=d_word_forget,
+        d_sentence_forget_ptr=d_sentence_forget,
+        d_sentence_pre_ptr=d_sentence_pre,
+        d_prev_cells_ptr=d_prev_cells,
+        d_sentence_cells_ptr=d_sentence_cells,
+        seq=seq,
+        hidden=hidden,
+        NODES=nodes,
+        NODES_P=nodes_p,
+        SIGMOID_SCORES=sigmoid_scores,
         **tiles,
-    )  # fmt: skip
+    )
     return gradients
 
 
@@ -248,9 +340,10 @@ class FusedWordUpdate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, window_pre, input_terms, sentence_term, cells, sentence_cells, mask, window_size, sigmoid_scores):
-        if sentence_term is None:  # no sentence nodes: the kernels never read it
-            sentence_term = window_pre.new_empty(0)
-        inputs = [t.contiguous() for t in (window_pre, input_terms, sentence_term, cells, sentence_cells, mask)]
+        inputs = [
+            t if t is None else t.contiguous()
+            for t in (window_pre, input_terms, sentence_term, cells, sentence_cells, mask)
+        ]
         ctx.save_for_backward(*inputs)
         ctx.window_size, ctx.sigmoid_scores = window_size, sigmoid_scores
         return word_update(*inputs, window_size, sigmoid_scores)
