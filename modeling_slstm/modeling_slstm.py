@@ -391,7 +391,8 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         # Eq. 2: U x_i + b, W ξ_i, V g^{t-1}.
         self.word_input = SLSTMLinear(config.word_representation_dim, num_input_blocks * hidden)
         self.word_window = SLSTMLinear(self.window_width * hidden, self.num_context_blocks * hidden, bias=False)
-        self.hidden_dropout = nn.Dropout(config.hidden_dropout)
+        # At rate 0 (the paper configurations) an identity: nothing to launch twice per step.
+        self.hidden_dropout = nn.Dropout(config.hidden_dropout) if config.hidden_dropout else nn.Identity()
         if self.num_sentence_nodes:
             sentence_width = self.num_sentence_nodes * hidden
             self.word_sentence = SLSTMLinear(sentence_width, self.num_context_blocks * hidden, bias=False)

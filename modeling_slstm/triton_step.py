@@ -7,35 +7,66 @@ fallback; `config.step_implementation` chooses (`uses_fused_step`). The matmuls 
 Each kernel launch is a `torch.library.custom_op`, so `torch.compile` keeps the fused step in its graph (no graph
 break) as an opaque call, and traces the autograd functions around them.
 
-This module imports without Triton; the fused step then never runs (`"auto"` takes the readable step, `"triton"` is
+This module imports without Triton (`load_kernels` imports the kernels when a step first asks); the fused step then never runs (`"auto"` takes the readable step, `"triton"` is
 an error that says why).
 """
+
+import functools
+from types import SimpleNamespace
 
 import torch
 
 from .configuration_slstm import STEP_IMPLEMENTATIONS
 from .custom_operators import operator_name
 
-try:  # Triton is optional: without it (or on a machine where it cannot load) the readable step runs
-    from .triton_kernels import (
-        is_interpreted,
-        sentence_update_backward,
-        sentence_update_forward,
-        word_update_backward,
-        word_update_forward,
+
+@functools.cache
+def load_kernels() -> SimpleNamespace:
+    """The Triton kernels (`triton_kernels.py`), imported when a fused step is first considered rather than at
+    `import modeling_slstm` (the readable step does not need them): a namespace of the kernels, `tile_options` and
+    `interpreted` (whether they run in Triton's interpreter), with `import_error` `None`; or, where Triton cannot be
+    imported, only `import_error` (why) and `interpreted=False`."""
+    try:
+        from .triton_kernels import (
+            is_interpreted,
+            sentence_update_backward_kernel,
+            sentence_update_forward_kernel,
+            tile_options,
+            word_update_backward_kernel,
+            word_update_forward_kernel,
+        )
+    except ImportError as error:
+        return SimpleNamespace(import_error=error, interpreted=False)
+    return SimpleNamespace(
+        import_error=None,
+        interpreted=is_interpreted(),
+        tile_options=tile_options,
+        word_update_forward_kernel=word_update_forward_kernel,
+        word_update_backward_kernel=word_update_backward_kernel,
+        sentence_update_forward_kernel=sentence_update_forward_kernel,
+        sentence_update_backward_kernel=sentence_update_backward_kernel,
     )
 
-    TRITON_IMPORT_ERROR = None
-    KERNELS_INTERPRETED = is_interpreted()
-except ImportError as error:
-    TRITON_IMPORT_ERROR = error
-    KERNELS_INTERPRETED = False
+
+@torch.compiler.assume_constant_result
+def triton_import_error() -> str:
+    """Why Triton cannot be imported, empty when it can (a constant to `torch.compile`, which runs it once)."""
+    error = load_kernels().import_error
+    return "" if error is None else str(error)
+
+
+@torch.compiler.assume_constant_result
+def kernels_interpreted() -> bool:
+    """Whether the kernels run in Triton's interpreter (`TRITON_INTERPRET=1` when they were first loaded)."""
+    return load_kernels().interpreted
+
 
 FUSED_STEP_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 OPTIONS_NOT_COVERED = ("context_independent_content", "remove_output_gate")
 """Config switches the kernels do not implement (Levy et al.'s weighted-sum simplifications): set, the readable step
 runs. The kernels cover every other option of the step: any `window_size` and `num_sentence_nodes` (0 included),
 both `gate_normalization`s, `hidden_dropout` (applied before the kernels), both `initial_state`s (outside the step)."""
+
 
 def options_not_covered(config) -> list[str]:
     """The switches of `config` set that the kernels do not cover, as `name=value` (empty when all are covered)."""
@@ -45,9 +76,10 @@ def options_not_covered(config) -> list[str]:
 def fused_step_obstacles(config, states: torch.Tensor) -> list[str]:
     """Why the fused step cannot run for `config` on `states` (`h^{t-1}`), one reason a string; empty when it can."""
     obstacles = [f"{option} is not covered by the kernels" for option in options_not_covered(config)]
-    if TRITON_IMPORT_ERROR is not None:
-        obstacles.append(f"triton cannot be imported ({TRITON_IMPORT_ERROR})")
-    elif not (states.is_cuda or (states.device.type == "cpu" and KERNELS_INTERPRETED)):
+    import_error = triton_import_error()
+    if import_error:
+        obstacles.append(f"triton cannot be imported ({import_error})")
+    elif not (states.is_cuda or (states.device.type == "cpu" and kernels_interpreted())):
         obstacles.append(
             f"the tensors are on {states.device}, and the kernels need CUDA tensors (or CPU tensors with Triton's "
             "interpreter, TRITON_INTERPRET=1 set before modeling_slstm is imported)"
@@ -72,55 +104,231 @@ def uses_fused_step(config, states: torch.Tensor) -> bool:
         raise ValueError(f"step_implementation must be one of {STEP_IMPLEMENTATIONS}, got {implementation!r}")
     if implementation == "eager":
         return False
-    runnable = (
-        TRITON_IMPORT_ERROR is None
-        and (states.is_cuda or (states.device.type == "cpu" and KERNELS_INTERPRETED))
-        and states.dtype in FUSED_STEP_DTYPES
-        and not any(getattr(config, name) for name in OPTIONS_NOT_COVERED)
-    )
+    if implementation == "auto" and not states.is_cuda:
+        return False  # on the CPU the readable step is the faster one
+    obstacles = fused_step_obstacles(config, states)
     if implementation == "auto":
-        return runnable and states.is_cuda
-    if not runnable:
-        reasons = "; ".join(fused_step_obstacles(config, states))
-        raise ValueError(f"step_implementation='triton' cannot run the fused step here: {reasons}")
+        return not obstacles
+    if obstacles:
+        raise ValueError(f"step_implementation='triton' cannot run the fused step here: {'; '.join(obstacles)}")
     return True
 
 
-def word_update_shapes(window_pre, input_terms, sentence_term, cells, *options):
+def next_power_of_2(value: int) -> int:
+    return 1 << max(value - 1, 0).bit_length()
+
+
+@torch.library.custom_op(operator_name("word_update"), mutates_args=())
+def word_update(
+    window_pre: torch.Tensor,
+    input_terms: torch.Tensor,
+    sentence_term: torch.Tensor | None,
+    cells: torch.Tensor,
+    sentence_cells: torch.Tensor,
+    mask: torch.Tensor,
+    window_size: int,
+    sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launches `word_update_forward_kernel`: contiguous inputs as in `triton_kernels.py` (`sentence_term` and
+    `sentence_cells` unread without sentence nodes) -> `(h^t, c^t)` in the dtype of `cells`."""
+    kernels = load_kernels()
+    batch, seq, hidden = cells.shape
+    nodes = sentence_cells.shape[1]
+    new_states, new_cells = torch.empty_like(cells), torch.empty_like(cells)
+    gates = next_power_of_2(2 * window_size + nodes + 2)
+    tiles = kernels.tile_options(seq, hidden, gates)
+    grid = (batch, -(-seq // tiles["BLOCK_S"]), -(-hidden // tiles["BLOCK_H"]))
+    kernels.word_update_forward_kernel[grid](
+        window_pre_ptr=window_pre,
+        input_terms_ptr=input_terms,
+        sentence_term_ptr=sentence_term if nodes else None,
+        cells_ptr=cells,
+        sentence_cells_ptr=sentence_cells if nodes else None,
+        mask_ptr=mask,
+        new_states_ptr=new_states,
+        new_cells_ptr=new_cells,
+        seq=seq,
+        hidden=hidden,
+        WINDOW=window_size,
+        NODES=nodes,
+        GATES=gates,
+        SIGMOID_SCORES=sigmoid_scores,
+        **tiles,
+    )
+    return new_states, new_cells
+
+
+@word_update.register_fake
+def _(window_pre, input_terms, sentence_term, cells, sentence_cells, mask, window_size, sigmoid_scores):
     return torch.empty_like(cells), torch.empty_like(cells)
 
 
-def word_update_backward_shapes(
-    d_states, d_cells, window_pre, input_terms, sentence_term, cells, sentence_cells, *options
-):
-    return tuple(map(torch.empty_like, (window_pre, sentence_term, cells, sentence_cells)))
+@torch.library.custom_op(operator_name("word_update_backward"), mutates_args=())
+def word_update_backward(
+    d_states: torch.Tensor,
+    d_cells: torch.Tensor,
+    window_pre: torch.Tensor,
+    input_terms: torch.Tensor,
+    sentence_term: torch.Tensor | None,
+    cells: torch.Tensor,
+    sentence_cells: torch.Tensor,
+    mask: torch.Tensor,
+    window_size: int,
+    sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launches `word_update_backward_kernel` -> gradients of `(word terms, sentence_term, cells, sentence_cells)`,
+    each shaped and typed like its input (the word terms like `window_pre`)."""
+    kernels = load_kernels()
+    batch, seq, hidden = cells.shape
+    nodes = sentence_cells.shape[1]
+    d_pre, d_sentence_term, d_prev_cells, d_sentence_cells = word_update_gradients(
+        window_pre, sentence_term, cells, sentence_cells
+    )
+    gates = next_power_of_2(2 * window_size + nodes + 2)
+    tiles = kernels.tile_options(seq, hidden, gates)
+    kernels.word_update_backward_kernel[(batch, -(-hidden // tiles["BLOCK_H"]))](
+        d_states_ptr=d_states,
+        d_cells_ptr=d_cells,
+        window_pre_ptr=window_pre,
+        input_terms_ptr=input_terms,
+        sentence_term_ptr=sentence_term if nodes else None,
+        cells_ptr=cells,
+        sentence_cells_ptr=sentence_cells if nodes else None,
+        mask_ptr=mask,
+        d_pre_ptr=d_pre,
+        d_sentence_term_ptr=d_sentence_term if nodes else None,
+        d_prev_cells_ptr=d_prev_cells,
+        d_sentence_cells_ptr=d_sentence_cells if nodes else None,
+        seq=seq,
+        hidden=hidden,
+        WINDOW=window_size,
+        NODES=nodes,
+        GATES=gates,
+        SIGMOID_SCORES=sigmoid_scores,
+        **tiles,
+    )
+    return d_pre, d_sentence_term, d_prev_cells, d_sentence_cells
 
 
-def sentence_update_shapes(word_forget, sentence_forget, sentence_pre, cells, sentence_cells, *options):
+def word_update_gradients(window_pre, sentence_term, cells, sentence_cells):
+    """Empty gradients of `(word terms, sentence_term, cells, sentence_cells)`; that of an absent `sentence_term`
+    (no sentence nodes) is empty."""
+    d_sentence_term = window_pre.new_empty(0) if sentence_term is None else torch.empty_like(sentence_term)
+    return torch.empty_like(window_pre), d_sentence_term, torch.empty_like(cells), torch.empty_like(sentence_cells)
+
+
+@word_update_backward.register_fake
+def _(d_states, d_cells, window_pre, input_terms, sentence_term, cells, sentence_cells, mask, *options):
+    return word_update_gradients(window_pre, sentence_term, cells, sentence_cells)
+
+
+@torch.library.custom_op(operator_name("sentence_update"), mutates_args=())
+def sentence_update(
+    word_forget: torch.Tensor,
+    sentence_forget: torch.Tensor,
+    sentence_pre: torch.Tensor,
+    cells: torch.Tensor,
+    sentence_cells: torch.Tensor,
+    mask: torch.Tensor,
+    sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launches `sentence_update_forward_kernel` -> `(g^t, c_g^t)` in the dtype of `cells`, and the float32 cells
+    and log-normalisers `(batch, nodes, hidden)` that the backward reads."""
+    kernels = load_kernels()
+    batch, seq, hidden = cells.shape
+    nodes = sentence_cells.shape[1]
+    new_states, new_cells, saved_cells, log_normalizers = sentence_update_outputs(cells, sentence_cells)
+    nodes_p = next_power_of_2(nodes)
+    tiles = kernels.tile_options(seq, hidden, nodes_p)
+    kernels.sentence_update_forward_kernel[(batch, -(-hidden // tiles["BLOCK_H"]))](
+        word_forget_ptr=word_forget,
+        sentence_forget_ptr=sentence_forget,
+        sentence_pre_ptr=sentence_pre,
+        cells_ptr=cells,
+        sentence_cells_ptr=sentence_cells,
+        mask_ptr=mask,
+        new_states_ptr=new_states,
+        new_cells_ptr=new_cells,
+        saved_cells_ptr=saved_cells,
+        log_normalizers_ptr=log_normalizers,
+        seq=seq,
+        hidden=hidden,
+        NODES=nodes,
+        NODES_P=nodes_p,
+        SIGMOID_SCORES=sigmoid_scores,
+        **tiles,
+    )
+    return new_states, new_cells, saved_cells, log_normalizers
+
+
+def sentence_update_outputs(cells, sentence_cells):
+    """Empty `(g^t, c_g^t)` in the dtype of `cells`, and float32 saved cells and log-normalisers."""
     new_states = cells.new_empty(sentence_cells.shape)
     saved = torch.empty_like(new_states, dtype=torch.float32)
     return new_states, torch.empty_like(new_states), saved, torch.empty_like(saved)
 
 
-def sentence_update_backward_shapes(d_states, d_cells, word_forget, sentence_forget, sentence_pre, cells, *rest):
-    return tuple(map(torch.empty_like, (word_forget, sentence_forget, sentence_pre, cells, rest[0])))
+@sentence_update.register_fake
+def _(word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, sigmoid_scores):
+    return sentence_update_outputs(cells, sentence_cells)
 
 
-def operator(name: str, launcher, shapes):
-    """`launcher` as the custom operator `name` of this module's namespace, with `shapes` as its fake (the output
-    shapes and dtypes that `torch.compile` traces with)."""
-    defined = torch.library.custom_op(operator_name(name), launcher, mutates_args=())
-    defined.register_fake(shapes)
-    return defined
-
-
-if TRITON_IMPORT_ERROR is None:
-    word_update_operator = operator("word_update", word_update_forward, word_update_shapes)
-    word_update_backward_operator = operator("word_update_backward", word_update_backward, word_update_backward_shapes)
-    sentence_update_operator = operator("sentence_update", sentence_update_forward, sentence_update_shapes)
-    sentence_update_backward_operator = operator(
-        "sentence_update_backward", sentence_update_backward, sentence_update_backward_shapes
+@torch.library.custom_op(operator_name("sentence_update_backward"), mutates_args=())
+def sentence_update_backward(
+    d_states: torch.Tensor,
+    d_cells: torch.Tensor,
+    word_forget: torch.Tensor,
+    sentence_forget: torch.Tensor,
+    sentence_pre: torch.Tensor,
+    cells: torch.Tensor,
+    sentence_cells: torch.Tensor,
+    mask: torch.Tensor,
+    saved_cells: torch.Tensor,
+    log_normalizers: torch.Tensor,
+    sigmoid_scores: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launches `sentence_update_backward_kernel` -> gradients of `(word_forget, sentence_forget, sentence_pre,
+    cells, sentence_cells)`, each shaped and typed like its input."""
+    kernels = load_kernels()
+    batch, seq, hidden = cells.shape
+    nodes = sentence_cells.shape[1]
+    gradients = sentence_update_backward_outputs(word_forget, sentence_forget, sentence_pre, cells, sentence_cells)
+    nodes_p = next_power_of_2(nodes)
+    tiles = kernels.tile_options(seq, hidden, nodes_p)
+    d_word_forget, d_sentence_forget, d_sentence_pre, d_prev_cells, d_sentence_cells = gradients
+    kernels.sentence_update_backward_kernel[(batch, -(-hidden // tiles["BLOCK_H"]))](
+        d_states_ptr=d_states,
+        d_cells_ptr=d_cells,
+        word_forget_ptr=word_forget,
+        sentence_forget_ptr=sentence_forget,
+        sentence_pre_ptr=sentence_pre,
+        cells_ptr=cells,
+        sentence_cells_ptr=sentence_cells,
+        mask_ptr=mask,
+        saved_cells_ptr=saved_cells,
+        log_normalizers_ptr=log_normalizers,
+        d_word_forget_ptr=d_word_forget,
+        d_sentence_forget_ptr=d_sentence_forget,
+        d_sentence_pre_ptr=d_sentence_pre,
+        d_prev_cells_ptr=d_prev_cells,
+        d_sentence_cells_ptr=d_sentence_cells,
+        seq=seq,
+        hidden=hidden,
+        NODES=nodes,
+        NODES_P=nodes_p,
+        SIGMOID_SCORES=sigmoid_scores,
+        **tiles,
     )
+    return gradients
+
+
+def sentence_update_backward_outputs(*inputs):
+    return tuple(map(torch.empty_like, inputs))
+
+
+@sentence_update_backward.register_fake
+def _(d_states, d_cells, word_forget, sentence_forget, sentence_pre, cells, sentence_cells, *saved):
+    return sentence_update_backward_outputs(word_forget, sentence_forget, sentence_pre, cells, sentence_cells)
 
 
 class FusedWordUpdate(torch.autograd.Function):
@@ -132,16 +340,17 @@ class FusedWordUpdate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, window_pre, input_terms, sentence_term, cells, sentence_cells, mask, window_size, sigmoid_scores):
-        if sentence_term is None:  # no sentence nodes: the kernels never read it
-            sentence_term = window_pre.new_empty(0)
-        inputs = [t.contiguous() for t in (window_pre, input_terms, sentence_term, cells, sentence_cells, mask)]
+        inputs = [
+            t if t is None else t.contiguous()
+            for t in (window_pre, input_terms, sentence_term, cells, sentence_cells, mask)
+        ]
         ctx.save_for_backward(*inputs)
         ctx.window_size, ctx.sigmoid_scores = window_size, sigmoid_scores
-        return word_update_operator(*inputs, window_size, sigmoid_scores)
+        return word_update(*inputs, window_size, sigmoid_scores)
 
     @staticmethod
     def backward(ctx, d_states, d_cells):
-        d_pre, d_sentence_term, d_prev_cells, d_sentence_cells = word_update_backward_operator(
+        d_pre, d_sentence_term, d_prev_cells, d_sentence_cells = word_update_backward(
             d_states.contiguous(), d_cells.contiguous(), *ctx.saved_tensors, ctx.window_size, ctx.sigmoid_scores
         )
         # `W ξ_i` and `U x_i + b` enter as a sum: both receive the pre-activations' gradient.
@@ -158,14 +367,14 @@ class FusedSentenceUpdate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask, sigmoid_scores):
         inputs = [t.contiguous() for t in (word_forget, sentence_forget, sentence_pre, cells, sentence_cells, mask)]
-        new_states, new_cells, saved_cells, log_normalizers = sentence_update_operator(*inputs, sigmoid_scores)
+        new_states, new_cells, saved_cells, log_normalizers = sentence_update(*inputs, sigmoid_scores)
         ctx.save_for_backward(*inputs, saved_cells, log_normalizers)
         ctx.sigmoid_scores = sigmoid_scores
         return new_states, new_cells
 
     @staticmethod
     def backward(ctx, d_states, d_cells):
-        gradients = sentence_update_backward_operator(
+        gradients = sentence_update_backward(
             d_states.contiguous(), d_cells.contiguous(), *ctx.saved_tensors, ctx.sigmoid_scores
         )
         return *gradients, None, None

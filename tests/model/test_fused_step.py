@@ -23,10 +23,12 @@ from helpers import build, pad, random_ids, real, tiny_config
 
 from modeling_slstm import SLSTMConfig, SLSTMModel, triton_step
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+KERNELS = triton_step.load_kernels()
 needs_triton = pytest.mark.skipif(
-    triton_step.TRITON_IMPORT_ERROR is not None,
-    reason=f"triton is not installed ({triton_step.TRITON_IMPORT_ERROR}): pip install the test extra",
+    KERNELS.import_error is not None,
+    reason=f"triton is not installed ({KERNELS.import_error}): pip install the test extra",
 )
 LENGTHS = (5, 1, 3, 2)  # mixed, including a one-token sentence
 # Relative error = max |fused - readable| / max |readable| per tensor. The readable step rounds bf16 intermediates
@@ -54,7 +56,7 @@ def device(request) -> torch.device:
     """`cpu` (the kernels in Triton's interpreter) and `cuda` (compiled), each where this process can run it."""
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    if request.param == "cpu" and not triton_step.KERNELS_INTERPRETED:
+    if request.param == "cpu" and not KERNELS.interpreted:
         pytest.skip("the kernels were compiled in this process: test_cpu_cases_in_the_interpreter runs these")
     return torch.device(request.param)
 
@@ -180,10 +182,82 @@ def test_torch_compile_keeps_the_fused_step_in_one_graph(device):
     assert max(errors.values()) <= TOLERANCE[torch.float32], errors
 
 
+TILINGS = {
+    # The GPU's tiles: at hidden 40, BLOCK_H 32 (2 hidden blocks) and, for the 8 gate slots of window 2 with 2 nodes,
+    # BLOCK_S 16 (3 position blocks of 37 words).
+    "gpu tiles": {},
+    # BLOCK_H 8 (5 hidden blocks), BLOCK_S 8 for the word kernels (5 position blocks), 32 for the sentence kernels.
+    "small tiles": {"values_per_tile": 512, "max_block_h": 8},
+}
+
+
+@pytest.fixture(params=list(TILINGS))
+def tiles(request):
+    """The kernels tiled as on a GPU (or smaller) in the interpreter, where they take a sentence per tile otherwise;
+    the previous tiling is restored after the test."""
+    from modeling_slstm import triton_kernels
+
+    previous = (triton_kernels.GPU_TILES, triton_kernels.TILE_IN_THE_INTERPRETER)
+    triton_kernels.use_tiles(triton_kernels.KernelTiles(**TILINGS[request.param]), in_the_interpreter=True)
+    yield request.param
+    triton_kernels.use_tiles(*previous)
+
+
+def update_gradients(update, inputs: dict, parameters: dict, outputs_weights) -> dict:
+    """The outputs of `update(**inputs)` and the gradients of every input and of `parameters` under the loss
+    `Σ outputs · outputs_weights`."""
+    inputs = {
+        name: t if t is None or name in ("mask", "lengths") else t.clone().requires_grad_()
+        for name, t in inputs.items()
+    }
+    outputs = update(**inputs)
+    loss = sum((output * weight).sum() for output, weight in zip(outputs, outputs_weights))
+    differentiable = {name: t for name, t in {**inputs, **parameters}.items() if t is not None and t.requires_grad}
+    gradients = torch.autograd.grad(loss, list(differentiable.values()), allow_unused=True)
+    results = {f"output {i}": output.detach() for i, output in enumerate(outputs)}
+    results.update({f"grad {name}": g for name, g in zip(differentiable, gradients) if g is not None})
+    return results
+
+
+@needs_triton
+def test_each_fused_update_matches_the_readable_one_across_tiles(tiles):
+    """Eq. 2 and Eq. 3, each fused update against the readable one, output by output and gradient by gradient, at
+    hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
+    if not KERNELS.interpreted:
+        pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
+    config = tiny_config(hidden_size=40, embedding_dim=8, window_size=2, num_sentence_nodes=2)
+    transition = build(SLSTMModel, config).transition
+    generator = torch.Generator().manual_seed(3)
+    batch, seq, hidden, nodes = 2, 37, 40, 2
+    lengths = torch.tensor([[37.0], [23.0]])
+    mask = (torch.arange(seq) < lengths).unsqueeze(-1).float()  # (batch, seq, 1)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator)
+
+    states = {"h": randn(batch, seq, hidden) * mask, "c": randn(batch, seq, hidden) * mask,
+              "g": randn(batch, nodes, hidden), "c_g": randn(batch, nodes, hidden)}  # fmt: skip
+    words = {**states, "input_gate_terms": randn(batch, seq, transition.num_context_blocks * hidden),
+             "input_content": None, "mask": mask}  # fmt: skip
+    sentence = {**states, "mask": mask, "lengths": lengths}  # lengths: a constant of the batch, as in the model
+    parameters = dict(transition.named_parameters())
+    for readable, fused, inputs, shapes in (
+        (transition.update_words, transition.fused_update_words, words, [(batch, seq, hidden)] * 2),
+        (transition.update_sentence, transition.fused_update_sentence, sentence, [(batch, nodes, hidden)] * 2),
+    ):
+        weights = [randn(*shape) for shape in shapes]
+        expected = update_gradients(readable, inputs, parameters, weights)
+        actual = update_gradients(fused, inputs, parameters, weights)
+        assert actual.keys() == expected.keys()
+        for name in expected:
+            tolerance = TOLERANCE[torch.float32] if name.startswith("output") else 10 * TOLERANCE[torch.float32]
+            assert relative_error(actual[name], expected[name]) <= tolerance, (fused.__name__, name)
+
+
 def fused_launches(monkeypatch) -> list[str]:
     """Records every call of a fused kernel pair's forward operator, by name."""
     launches = []
-    for name in ("word_update_operator", "sentence_update_operator"):
+    for name in ("word_update", "sentence_update"):
         operator = getattr(triton_step, name)
         monkeypatch.setattr(
             triton_step, name, lambda *args, _op=operator, _name=name: launches.append(_name) or _op(*args)
@@ -202,7 +276,22 @@ def test_step_implementation_chooses_the_step(implementation, fused, device, mon
     embeds, mask = padded_batch(model.config, device, torch.float32)
     model(inputs_embeds=embeds, attention_mask=mask)
     expected = fused if fused is not None else device.type == "cuda"
-    assert launches == (["word_update_operator", "sentence_update_operator"] * 3 if expected else [])
+    assert launches == (["word_update", "sentence_update"] * 3 if expected else [])
+
+
+@needs_triton
+def test_a_float16_model_runs_the_kernels(device, monkeypatch):
+    """float16 is one of the kernels' dtypes: a float16 model forced to `"triton"` launches them, and its outputs are
+    those of the readable step within float16's precision."""
+    launches = fused_launches(monkeypatch)
+    model = build(SLSTMModel, tiny_config(num_steps=2), dtype=torch.float16).to(device)
+    embeds, mask = padded_batch(model.config, device, torch.float16)
+    with torch.no_grad():
+        readable = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+        model.config.step_implementation = "triton"
+        fused = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
+    assert launches == ["word_update", "sentence_update"] * 2
+    assert fused.dtype == torch.float16 and relative_error(fused, readable) <= 1e-2
 
 
 def test_step_implementation_is_validated():
@@ -237,26 +326,14 @@ def test_unsupported_options_take_the_readable_step_or_fail_clearly(overrides, d
 def test_the_package_imports_and_runs_without_triton():
     """With `triton` unimportable, the package imports, `"auto"` runs the readable step and `"triton"` says why it
     cannot run."""
-    script = """
-import sys
-sys.modules["triton"] = None  # `import triton` raises ImportError
-import torch
-from modeling_slstm import SLSTMConfig, SLSTMModel, triton_step
-assert triton_step.TRITON_IMPORT_ERROR is not None
-config = SLSTMConfig(vocab_size=20, embedding_dim=4, hidden_size=4, num_steps=2)
-model = SLSTMModel(config)
-model(input_ids=torch.tensor([[4, 5, 6]]))
-model.config.step_implementation = "triton"
-try:
-    model(input_ids=torch.tensor([[4, 5, 6]]))
-except ValueError as error:
-    assert "triton cannot be imported" in str(error), error
-else:
-    raise AssertionError("step_implementation='triton' ran without triton")
-"""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run(
-        [sys.executable, "-c", script], check=False, cwd=REPO, env=environment, capture_output=True, text=True
+        [sys.executable, str(HERE / "run_without_triton.py")],
+        check=False,
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stderr
 
@@ -265,7 +342,7 @@ else:
 def test_cpu_cases_in_the_interpreter():
     """Where this process compiled the kernels (a GPU machine), the CPU cases in a fresh process with
     `TRITON_INTERPRET=1`."""
-    if triton_step.KERNELS_INTERPRETED:
+    if KERNELS.interpreted:
         pytest.skip("the kernels are interpreted in this process: the CPU cases ran here")
     environment = {**os.environ, "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "cpu"]
@@ -273,45 +350,11 @@ def test_cpu_cases_in_the_interpreter():
     assert run.returncode == 0, run.stdout[-5000:]
 
 
-COMPILE_FOR_A_GPU = """
-import inspect
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from modeling_slstm import triton_kernels
-
-def compile_for_hopper(kernel, float32_pointers, **constants):
-    names = inspect.signature(kernel.fn).parameters
-    signature = {
-        name: "constexpr" if name in constants else "i32" if name in ("seq", "hidden")
-        else "*fp32" if name in float32_pointers else "*bf16"
-        for name in names
-    }
-    compiled = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
-    assert "cubin" in compiled.asm, kernel
-
-def word(window, nodes, sigmoid):
-    gates = triton.next_power_of_2(2 * window + nodes + 2)
-    return dict(WINDOW=window, NODES=nodes, GATES=gates, SIGMOID_SCORES=sigmoid, BLOCK_S=16, BLOCK_H=32)
-
-def sentence(nodes, sigmoid):
-    return dict(NODES=nodes, NODES_P=triton.next_power_of_2(nodes), SIGMOID_SCORES=sigmoid, BLOCK_S=64, BLOCK_H=32)
-
-saved = ("mask", "saved_cells", "log_normalizers")
-compile_for_hopper(triton_kernels.word_update_forward_kernel, ("mask",), **word(1, 1, True))
-compile_for_hopper(triton_kernels.word_update_backward_kernel, ("mask",), **word(2, 2, True))
-compile_for_hopper(triton_kernels.word_update_backward_kernel, ("mask",), **word(1, 0, False))
-compile_for_hopper(triton_kernels.sentence_update_forward_kernel, saved, **sentence(1, True))
-compile_for_hopper(triton_kernels.sentence_update_backward_kernel, saved, **sentence(2, False))
-"""
-
-
 @needs_triton
 def test_kernels_compile_for_a_gpu():
-    """The interpreter does not type-check kernels as the compiler does: compile each one (bf16 tensors, float32
-    mask and saved statistics) to an sm_90 binary with Triton's own compiler and ptxas, which need no GPU."""
+    """Each kernel compiles to an sm_90 binary (`compile_kernels_for_a_gpu.py`), which needs no GPU."""
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     environment["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    command = [sys.executable, "-c", COMPILE_FOR_A_GPU]
+    command = [sys.executable, str(HERE / "compile_kernels_for_a_gpu.py")]
     run = subprocess.run(command, check=False, cwd=REPO, env=environment, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-5000:]

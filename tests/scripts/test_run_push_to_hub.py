@@ -1,7 +1,7 @@
 """`--push_to_hub` and `model.push_to_hub` with the real `huggingface_hub` client, over HTTP, against the Hub stand-in
 of tests/hub_stand_in.py on 127.0.0.1: the one commit at the end of a run (`--hub_strategy end`, the scripts' default)
 must hold the model, the tokenizer, the code for `trust_remote_code`, the model card and the results, and a fresh
-process that cannot import `modeling_slstm` must `snapshot_download` them and load the model and tokenizer by repo id
+process that cannot import `modeling_slstm` nor `triton` must `snapshot_download` them and load the model and tokenizer by repo id
 with `trust_remote_code=True`, downloading their code from the stand-in."""
 
 import json
@@ -39,6 +39,13 @@ import hashlib, importlib.util, json, os, sys
 repo_id, text, module_cache, *site_dirs = sys.argv[1:]
 sys.path = [p for p in sys.path if p] + site_dirs  # stdlib (from -I -S) + bare site-packages, no .pth files
 assert importlib.util.find_spec("modeling_slstm") is None, "modeling_slstm is importable: the test proves nothing"
+
+class NoTriton:  # a machine without Triton (CPU-only wheels, macOS, Windows), whatever this one has installed
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "triton":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoTriton())
 from huggingface_hub import snapshot_download
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 folder = snapshot_download(repo_id)
@@ -49,12 +56,22 @@ for root, _, names in os.walk(folder):
         blobs[os.path.relpath(os.path.join(root, name), folder)] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 model = AutoModelForTokenClassification.from_pretrained(repo_id, trust_remote_code=True).eval()
 tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)
-assert "modeling_slstm" not in sys.modules
+assert "modeling_slstm" not in sys.modules and "triton" not in sys.modules
+local_model = AutoModelForTokenClassification.from_pretrained(folder, trust_remote_code=True).eval()
+local_model.config.step_implementation = "triton"
+try:
+    local_model(**tokenizer(text, return_tensors="pt"))
+except ValueError as error:
+    assert "step_implementation='triton' cannot run the fused step here: triton cannot be imported" in str(error), error
+else:
+    raise AssertionError("step_implementation='triton' ran without Triton")
+local_model.config.step_implementation = "auto"
+local_ids = local_model(**tokenizer(text, return_tensors="pt")).logits.argmax(-1)[0].tolist()
 code_files = [sys.modules[type(item).__module__].__file__ for item in (model, tokenizer)]
 assert all(path.startswith(module_cache) for path in code_files), code_files
 tagger = pipeline("token-classification", model=model, tokenizer=tokenizer)
 ids = model(**tokenizer(text, return_tensors="pt")).logits.argmax(-1)[0].tolist()
-print("RESULT " + json.dumps({"blobs": blobs, "ids": ids, "entities": [e["entity"] for e in tagger(text)],
+print("RESULT " + json.dumps({"blobs": blobs, "ids": ids, "local_ids": local_ids, "entities": [e["entity"] for e in tagger(text)],
                               "module": type(model).__module__, "tokenizer": type(tokenizer).__name__}))
 """
 
@@ -86,8 +103,10 @@ def run(command: list[str], env: dict, cwd, timeout: int = 300) -> str:
 
 def load_in_a_fresh_process(hub: HubStandIn, repo_id: str, tmp_path) -> dict:
     """Runs `FRESH_PROCESS` for `repo_id`: an interpreter that cannot import `modeling_slstm` (-I: no PYTHONPATH,
-    user site or cwd on sys.path; -S: no .pth files, among them the editable install's finder), with an empty cache
-    and module cache, so that every file, the code included, comes from the stand-in."""
+    user site or cwd on sys.path; -S: no .pth files, among them the editable install's finder) nor `triton`, with
+    an empty cache and module cache, so that every file, the code included, comes from the stand-in. It loads the
+    model by repo id and from the downloaded folder, which runs the readable step and refuses
+    `step_implementation="triton"` with a message that names Triton."""
     site_dirs = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     assert not any(os.path.isdir(os.path.join(d, "modeling_slstm")) for d in site_dirs), "non-editable install found"
     module_cache = str(tmp_path / f"modules-{repo_id.replace('/', '--')}")
@@ -152,7 +171,7 @@ def test_push_to_hub_commit_and_fresh_load(tmp_path, hub):
 
     loaded = load_in_a_fresh_process(hub, REPO_ID, tmp_path)
     assert_downloaded_as_pushed(hub, REPO_ID, loaded)
-    assert loaded["ids"] == expected_tags(out)
+    assert loaded["ids"] == loaded["local_ids"] == expected_tags(out)
 
     # The same model pushed by `model.push_to_hub` and `tokenizer.push_to_hub`, without the training script.
     run([sys.executable, "-c", MODEL_PUSH, str(out), PUSHED_REPO_ID], {**hub.env, "PYTHONPATH": str(REPO)}, tmp_path)
@@ -161,7 +180,7 @@ def test_push_to_hub_commit_and_fresh_load(tmp_path, hub):
         assert name in pushed, (name, sorted(pushed))
     loaded = load_in_a_fresh_process(hub, PUSHED_REPO_ID, tmp_path)
     assert_downloaded_as_pushed(hub, PUSHED_REPO_ID, loaded)
-    assert loaded["ids"] == expected_tags(out)
+    assert loaded["ids"] == loaded["local_ids"] == expected_tags(out)
 
 
 @pytest.mark.parametrize("baseline", [False, True])

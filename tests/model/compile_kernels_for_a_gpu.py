@@ -1,0 +1,45 @@
+"""Run by `test_fused_step.py::test_kernels_compile_for_a_gpu`, without `TRITON_INTERPRET`: compiles each fused-step
+kernel (bf16 tensors, float32 mask and saved statistics) to an sm_90 binary with Triton's own compiler and ptxas,
+which need no GPU; the interpreter does not type-check kernels as the compiler does."""
+
+import inspect
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from modeling_slstm import triton_kernels
+
+FLOAT32_POINTERS = ("mask_ptr", "saved_cells_ptr", "log_normalizers_ptr")
+ABSENT_WITHOUT_NODES = ("sentence_term_ptr", "sentence_cells_ptr", "d_sentence_term_ptr", "d_sentence_cells_ptr")
+
+
+def compile_for_hopper(kernel, **constants):
+    names = inspect.signature(kernel.fn).parameters
+    constants = {name: value for name, value in constants.items() if name in names}
+    signature = {
+        name: "constexpr" if name in constants else "i32" if name in ("seq", "hidden")
+        else "*fp32" if name in FLOAT32_POINTERS else "*bf16"
+        for name in names
+    }  # fmt: skip
+    compiled = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
+    assert "cubin" in compiled.asm, kernel
+
+
+def word(window, nodes, sigmoid):
+    gates = triton.next_power_of_2(2 * window + nodes + 2)
+    absent = {name: None for name in ABSENT_WITHOUT_NODES} if nodes == 0 else {}
+    return dict(WINDOW=window, NODES=nodes, GATES=gates, SIGMOID_SCORES=sigmoid, BLOCK_S=16, BLOCK_H=32, **absent)
+
+
+def sentence(nodes, sigmoid):
+    return {"NODES": nodes, "NODES_P": triton.next_power_of_2(nodes), "SIGMOID_SCORES": sigmoid, "BLOCK_S": 64,
+            "BLOCK_H": 32}  # fmt: skip
+
+
+compile_for_hopper(triton_kernels.word_update_forward_kernel, **word(1, 1, True))
+compile_for_hopper(triton_kernels.word_update_forward_kernel, **word(2, 0, True))
+compile_for_hopper(triton_kernels.word_update_backward_kernel, **word(2, 2, True))
+compile_for_hopper(triton_kernels.word_update_backward_kernel, **word(1, 0, False))
+compile_for_hopper(triton_kernels.sentence_update_forward_kernel, **sentence(1, True))
+compile_for_hopper(triton_kernels.sentence_update_backward_kernel, **sentence(2, False))
