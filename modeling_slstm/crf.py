@@ -330,8 +330,8 @@ class ConditionalRandomField(nn.Module):
             )
         if emissions.dtype not in KERNEL_DTYPES or self._compute_dtype(emissions) != torch.float32:
             obstacles.append(
-                f"the emissions are {emissions.dtype} and the scores {self.transitions.dtype}, and the kernels compute "
-                f"in float32 (emissions in {', '.join(map(str, KERNEL_DTYPES))})"
+                f"the emissions are {emissions.dtype} and the scores {self.transitions.dtype}, and the kernels "
+                f"compute in float32 (emissions in {', '.join(map(str, KERNEL_DTYPES))})"
             )
         if self.num_tags > MAX_KERNEL_TAGS:
             obstacles.append(f"there are {self.num_tags} tags, and the kernels take at most {MAX_KERNEL_TAGS}")

@@ -367,7 +367,11 @@ def _log_likelihood_gradients(ctx, d_log_likelihood, _d_alphas, _d_log_partition
     if any(ctx.needs_input_grad[3:6]):
         num_tags = emissions.size(-1)
         d_transitions, d_start, d_end = d_moves.sum(dim=0).split([num_tags, 1, 1])  # (L, L), (1, L), (1, L)
-        d_parameters = (d_start.view(-1).to(start.dtype), d_end.view(-1).to(end.dtype), d_transitions.to(transitions.dtype))
+        d_parameters = (
+            d_start.view(-1).to(start.dtype),
+            d_end.view(-1).to(end.dtype),
+            d_transitions.to(transitions.dtype),
+        )
     return d_emissions, None, None, *d_parameters, None, None, None, None
 
 
@@ -411,7 +415,8 @@ def _(emissions, mask, start, end, transitions, start_allowed, end_allowed, tran
       with_max_marginals):  # fmt: skip
     batch, seq, num_tags = emissions.shape
     max_marginals_shape = (batch, seq, num_tags) if with_max_marginals else (0,)
-    return emissions.new_empty(batch, seq, dtype=torch.long), emissions.new_empty(max_marginals_shape, dtype=torch.float32)
+    paths = emissions.new_empty(batch, seq, dtype=torch.long)
+    return paths, emissions.new_empty(max_marginals_shape, dtype=torch.float32)
 
 
 def kernels_interpreted() -> bool:

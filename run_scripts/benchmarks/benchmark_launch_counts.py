@@ -134,7 +134,8 @@ def markdown(rows: list[dict], top: int = 0) -> str:
         "|---|---|---|---|",
     ]
     for row in rows:
-        lines.append(f"| {row['task']} | {row['shape'].replace('x', ' × ')} | {row['readable']:,} | {row['fused']:,} |")
+        shape = row["shape"].replace("x", " × ")
+        lines.append(f"| {row['task']} | {shape} | {row['readable']:,} | {row['fused']:,} |")
     for row in rows if top else []:
         frequent = ", ".join(f"{short_name(name)} {count}" for name, count in row["fused_operators"].most_common(top))
         lines.append(f"\n{row['task']} {row['shape']}, fused: {frequent}")

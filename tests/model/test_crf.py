@@ -47,9 +47,11 @@ def use_triton_kernels(monkeypatch):
     """Make every call take the Triton kernels, as `implementation="triton"` does (an error where they cannot run)."""
     pytest.importorskip("triton")
     uses_kernels = ConditionalRandomField.uses_kernels
-    monkeypatch.setattr(
-        ConditionalRandomField, "uses_kernels", lambda crf, emissions, implementation: uses_kernels(crf, emissions, "triton")
-    )
+
+    def uses_kernels_always(crf, emissions, implementation):
+        return uses_kernels(crf, emissions, "triton")
+
+    monkeypatch.setattr(ConditionalRandomField, "uses_kernels", uses_kernels_always)
 
 
 def select_recursions(name, monkeypatch):
@@ -623,7 +625,8 @@ def test_triton_kernels_match_plain_loops_on_long_padded_sentences(dtype):
     torch.testing.assert_close(actual[2], expected[2], rtol=0, atol=1e-5)
     assert torch.equal(actual[2].argmax(-1)[inputs["mask"]], actual[1][inputs["mask"]])
     # Gradients against the loops in float64: the float32 loops are themselves up to ~5e-5 off them here.
-    exact = likelihood_decoding_and_gradients(crf.double(), dict(inputs, emissions=inputs["emissions"].double()), "eager")
+    exact_inputs = dict(inputs, emissions=inputs["emissions"].double())
+    exact = likelihood_decoding_and_gradients(crf.double(), exact_inputs, "eager")
     assert actual[3][0].dtype == dtype and torch.all(actual[3][0][~inputs["mask"]] == 0)
     tolerance = {"rtol": 1e-2, "atol": 1e-4} if dtype == torch.bfloat16 else {"rtol": 0, "atol": 1e-4}
     for gradient, exact_gradient in zip(actual[3], exact[3]):

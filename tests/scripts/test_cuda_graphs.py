@@ -44,6 +44,7 @@ def test_gpu_batches_of_a_corpus_take_few_shapes(shared_data):
     tokenizer = build_word_tokenizer([["a"]])
     cuda = SimpleNamespace(device=torch.device("cuda"))
     collator = gpu_batching.data_collator(DataCollatorForTokenClassification, tokenizer, cuda)
-    widths = {collator([{"input_ids": [4] * length, "labels": [0] * length}])["input_ids"].size(1) for length in lengths}
+    sentences = [{"input_ids": [4] * length, "labels": [0] * length} for length in lengths]
+    widths = {collator([sentence])["input_ids"].size(1) for sentence in sentences}
     assert len(lengths) > 60 and len(widths) == 11  # as gpu_batching.py states: 115 tokens at most, steps of 8
     assert all(width % gpu_batching.GPU_PAD_MULTIPLE == 0 for width in widths)
