@@ -8,7 +8,8 @@ every position labelled): one forward that computes the loss, and its backward. 
 `launch_counts.count_launched_operators` (top-level ATen and custom operators; views and allocations left out), with
 `step_implementation="eager"` (the readable PyTorch step and the CRF's plain loops) and `"triton"` (the fused step and
 the CRF's kernels; on a CPU they run in Triton's interpreter, which this script switches on, so the counts are those
-of a GPU). Counts depend on the config and the sequence length, not on the batch size or the hidden size.
+of a GPU). Counts depend on the config and the sequence length, not on the batch size (from 2 sentences on) or
+the hidden size (`--hidden_size 8` gives the same table, faster).
 
 Prints a Markdown table (docs/benchmarks.md, "Operators per training step"):
 

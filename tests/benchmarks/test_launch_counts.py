@@ -1,6 +1,6 @@
 """Operator budgets of one training step (`run_scripts/benchmarks/benchmark_launch_counts.py`): each count of the
 paper configurations, readable and fused, must stay at or under its budget. Counts are deterministic and depend on the
-config and the sequence length only, so the models here are small (batch 2, hidden 8) and the Triton kernels run as
+config and the sequence length only (from 2 sentences on), so the models here are small (batch 2, hidden 8) and the Triton kernels run as
 their fakes (the output shapes `torch.compile` traces with): what is counted is which operators launch, not what they
 compute. One count is also taken with the kernels running, in Triton's interpreter, and must be the same."""
 
