@@ -355,6 +355,7 @@ def _(d_log_likelihood, emissions, *rest):
 def _save_for_backward(ctx, inputs, output):
     *tensors, ctx.forbidden_score = inputs
     _, alphas, log_partitions = output
+    ctx.set_materialize_grads(False)  # no zero gradients made for the outputs saved for the backward
     ctx.save_for_backward(*tensors, alphas, log_partitions)
 
 

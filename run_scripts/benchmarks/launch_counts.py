@@ -3,8 +3,8 @@ costs microseconds however little it computes), counted on any machine.
 
 `count_launched_operators` runs a function under `torch.profiler` (CPU activity only) and counts the top-level
 operators it records: ATen operators and the package's custom operators (the Triton launchers and the oneDNN matmul,
-`modeling_slstm.custom_operators`), each once, not the operators they call inside. Views and allocations launch
-nothing and are not counted; operators that may or may not copy (`aten::to`, `aten::contiguous`, `aten::reshape`, ...)
+`modeling_slstm.custom_operators`), each once, not the operators they call inside. Views, allocations and dtype
+computations launch nothing and are not counted; operators that may or may not copy (`aten::to`, `aten::contiguous`, `aten::reshape`, ...)
 count through what they call: nothing when they return their input or a view, the copy when they copy.
 
 With `TRITON_INTERPRET=1` (set before `modeling_slstm` is imported) the Triton kernels run in the interpreter on CPU
@@ -26,9 +26,11 @@ VIEWS = {
     "unflatten", "unfold", "unsqueeze", "view", "view_as", "_reshape_alias", "_unsafe_view", "_unsafe_split",
 }  # fmt: skip
 ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_"}
+METADATA = {"promote_types", "result_type"}
+"""Operators that compute a dtype, not a tensor."""
 PASS_THROUGH = {"to", "type_as", "contiguous", "reshape", "flatten"}
 """Operators that copy only sometimes: counted through the operators they call."""
-NOT_COUNTED = {f"aten::{name}" for name in VIEWS | ALLOCATIONS | PASS_THROUGH}
+NOT_COUNTED = {f"aten::{name}" for name in VIEWS | ALLOCATIONS | METADATA | PASS_THROUGH}
 
 
 def is_operator(name: str) -> bool:
