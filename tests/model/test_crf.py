@@ -660,3 +660,38 @@ def test_package_loads_without_triton_and_checkpoints_carry_the_kernels(monkeypa
     assert crf.decode(emissions, mask).shape == (2, 4)  # "auto": the loops
     with pytest.raises(ValueError, match="triton cannot be imported"):
         crf.decode(emissions, mask, implementation="triton")
+
+
+def test_tagger_with_triton_step_implementation_runs_the_crf_kernels(monkeypatch):
+    # The model passes `config.step_implementation` to its CRF: "triton" takes the kernels (in Triton's interpreter
+    # here), "eager" the loops; loss, logits and gradients agree. Left padding, so the chain does not start at 0.
+    pytest.importorskip("triton")
+    from helpers import build, pad, random_ids, tagger_config
+
+    from modeling_slstm import SLSTMForTokenClassification
+
+    model = build(SLSTMForTokenClassification, tagger_config(use_crf=True, num_steps=1)).train()
+    ids, mask = pad(random_ids((4, 2, 3)), side="left")
+    labels = torch.randint(len(BIO_LABELS), ids.shape, generator=torch.Generator().manual_seed(2))
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels.masked_fill(~mask, IGNORE_INDEX)}
+    kernel_calls = []
+    uses_kernels = ConditionalRandomField.uses_kernels
+
+    def recorded(crf, emissions, implementation):
+        kernel_calls.append(uses_kernels(crf, emissions, implementation))
+        return kernel_calls[-1]
+
+    monkeypatch.setattr(ConditionalRandomField, "uses_kernels", recorded)
+    results = {}
+    for implementation in ("eager", "triton"):
+        model.config.step_implementation = implementation
+        model.zero_grad()
+        output = model(**batch)
+        output.loss.backward()
+        gradients = [parameter.grad.clone() for parameter in model.parameters() if parameter.grad is not None]
+        results[implementation] = (output.loss.detach(), output.logits.detach(), gradients)
+    assert kernel_calls == [False, False, True, True]  # the loss and the logits of each forward
+    torch.testing.assert_close(results["triton"][0], results["eager"][0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(results["triton"][1], results["eager"][1], rtol=1e-5, atol=1e-5)
+    for gradient, expected in zip(results["triton"][2], results["eager"][2], strict=True):
+        torch.testing.assert_close(gradient, expected, rtol=1e-4, atol=1e-5)
