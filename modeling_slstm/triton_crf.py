@@ -1,8 +1,8 @@
 """Triton kernels of the linear-chain CRF of `crf.py`: the likelihood with its gradient, Viterbi decoding and the
 max-marginals, one program per sentence, each looping over the positions of its sentence inside the kernel.
 
-`crf.py`'s plain loops launch a few operators per position; here one training step of the CRF is two launches (the
-likelihood forward and its backward) and inference one, whatever the sentence length. The recursions are those of
+`crf.py`'s plain loops launch a few operators per position; here the loss is two launches (the likelihood forward and
+its backward) and decoding or the max-marginals one, whatever the sentence length. The recursions are those of
 `crf.py` (its module docstring states them), on the emissions as they come: the kernels skip masked positions
 themselves (left padding and holes included) instead of moving each chain to the front of its row.
 
@@ -15,10 +15,10 @@ themselves (left padding and holes included) instead of moving each chain to the
   marginals ``exp(alpha_p(i) + transitions[i, j] + e_t(j) + beta_t(j) - log Z)`` for the transitions; minus the gold
   path's counts. The move gradients are written per sentence and summed over the batch in PyTorch (a fixed order:
   deterministic, unlike atomic adds).
-- `viterbi_kernel`: Viterbi's forward pass (``max`` for ``logsumexp``), then, from the last position to the first, the
-  backtrace (each previous tag recomputed from the saved forward scores, ties to the lowest tag as in `crf.py`) and,
-  with ``WITH_MAX_MARGINALS``, the backward max scores and the max-marginal logits of
-  `ConditionalRandomField.max_marginals` (0 on the path, at most ``-TIE_MARGIN`` elsewhere, 0 at masked positions).
+- `viterbi_kernel`: Viterbi's forward pass (``max`` for ``logsumexp``, saving each tag's best previous tag, the lowest
+  on ties as in `crf.py`), then, from the last position to the first, the backtrace and, with
+  ``WITH_MAX_MARGINALS``, the backward max scores and the max-marginal logits of
+  `ConditionalRandomField.max_marginals` (0 on the path, at most ``-tie_margin`` elsewhere, 0 at masked positions).
 
 Tags are padded to a power of two (`BLOCK_TAGS`); a program holds ``(BLOCK_TAGS, BLOCK_TAGS)`` score tiles indexed
 ``[from, to]``. Emissions are read in their dtype (float32, bfloat16 or float16), everything is computed in float32.
@@ -102,12 +102,6 @@ def _scores_of(
         forbidden_score, BLOCK_TAGS,
     )  # fmt: skip
     return start_allowed, end_allowed, transition_allowed, start, end, transitions
-
-
-@triton.jit
-def _pick(values, tags, tag):
-    """``values[tag]`` of a vector ``values`` indexed by ``tags`` (a selection: exact)."""
-    return tl.sum(tl.where(tags == tag, values, 0.0), axis=0)
 
 
 @triton.jit

@@ -3,6 +3,8 @@ loops, with the log-depth scans of `modeling_slstm.crf_parallel` and (in Triton'
 Triton kernels of `modeling_slstm.triton_crf`, and of its export with `torch.export` and to ONNX."""
 
 import itertools
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -695,3 +697,41 @@ def test_tagger_with_triton_step_implementation_runs_the_crf_kernels(monkeypatch
     torch.testing.assert_close(results["triton"][1], results["eager"][1], rtol=1e-5, atol=1e-5)
     for gradient, expected in zip(results["triton"][2], results["eager"][2], strict=True):
         torch.testing.assert_close(gradient, expected, rtol=1e-4, atol=1e-5)
+
+
+COMPILE_FOR_A_GPU = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from modeling_slstm import triton_crf
+
+pointers = {"emissions": "*bf16", "d_emissions": "*bf16", "tags": "*i64", "paths": "*i64", "mask": "*i1",
+            "start_allowed": "*i1", "end_allowed": "*i1", "transition_allowed": "*i1", "best_previous": "*i32"}
+scalars = {"seq": "i32", "num_tags": "i32"}
+for kernel, constants in [
+    (triton_crf.log_likelihood_forward_kernel, {"BLOCK_TAGS": 16}),
+    (triton_crf.log_likelihood_backward_kernel, {"BLOCK_TAGS": 16}),
+    (triton_crf.viterbi_kernel, {"BLOCK_TAGS": 32, "WITH_MAX_MARGINALS": True}),
+    (triton_crf.viterbi_kernel, {"BLOCK_TAGS": 32, "WITH_MAX_MARGINALS": False, "alphas_ptr": None,
+                                 "max_marginals_ptr": None}),
+]:
+    signature = {
+        name: "constexpr" if name in constants else pointers.get(name[:-4], "*fp32") if name.endswith("_ptr")
+        else scalars.get(name, "fp32")
+        for name in kernel.arg_names
+    }
+    triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
+print("compiled")
+"""
+
+
+def test_triton_kernels_compile_for_a_gpu():
+    # The interpreter runs the kernels as Python, which forgives what a GPU compiler refuses (types that change in a
+    # loop, missing constexprs): compile each one to a cubin for an H100 (sm_90), which needs no GPU.
+    pytest.importorskip("triton")
+    environment = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(Path(crf_module.__file__).parents[1])}
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILE_FOR_A_GPU], env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]
