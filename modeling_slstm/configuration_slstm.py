@@ -222,7 +222,8 @@ class SLSTMConfig(PreTrainedConfig):
             `"triton"` the fused Triton kernels of `triton_step.py` (an error where they cannot run: without Triton,
             without a CUDA GPU unless `TRITON_INTERPRET=1`, with `context_independent_content` or
             `remove_output_gate`, or in float64); `"auto"` the kernels when the tensors are on a CUDA GPU and they can
-            run there, the readable step otherwise. Can be changed on a built model (`model.config`).
+            run there, the readable step otherwise. A CRF head follows the same choice between its plain loops and
+            its Triton kernels (`triton_crf.py`). Can be changed on a built model (`model.config`).
         initializer_range (`float`, *optional*, defaults to 0.1):
             Standard deviation of the normal initialisation of the word embeddings.
         pad_token_id (`int`, *optional*, defaults to 0), bos_token_id (`int`, *optional*, defaults to 2),

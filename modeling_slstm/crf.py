@@ -24,8 +24,10 @@ emission scores ``e_t(j)`` at chain positions ``t = 1 .. n``,
   backward max scores ``beta_n(i) = end[i]``, ``beta_{t-1}(i) = max_j(transitions[i, j] + e_t(j) + beta_t(j))``.
 
 A traced graph (`torch.export`, ONNX, `torch.compile`) cannot loop over a symbolic length: there `crf_parallel.py`
-computes the same scores by log-depth scans (see `_recursions`). All scores are computed with autocast disabled in
-float32, whatever the dtype of the emissions (float64 stays float64).
+computes the same scores by log-depth scans (see `_recursions`). On a CUDA GPU the loops run inside Triton kernels
+instead, one program per sentence (`triton_crf.py`): a training step of the CRF is then two launches and inference
+one, whatever the sentence length (see `ConditionalRandomField.uses_kernels`). All scores are computed with autocast
+disabled in float32, whatever the dtype of the emissions (float64 stays float64).
 
 Forward methods check shapes and dtypes only: checks that read values (0/1 masks, tags in range) are `validate_mask`
 and `ConditionalRandomField.validate_tags`, for the code where data enters, and run inside the forward methods only
@@ -39,6 +41,7 @@ import torch
 from torch import nn
 
 from . import crf_parallel
+from .configuration_slstm import STEP_IMPLEMENTATIONS
 from .crf_parallel import MAX_TRACED_LENGTH
 from .tag_schemes import allowed_transitions as allowed_transitions_for_labels
 from .validation import IGNORE_INDEX, values_are_cheap_to_check
@@ -168,10 +171,15 @@ def _backward_max_scores(
     return torch.stack(backward[::-1], dim=1)
 
 
+def _is_traced(emissions: torch.Tensor) -> bool:
+    """Whether the call is being traced (`torch.export`, ONNX, `torch.compile`)."""
+    return torch.compiler.is_compiling() or not isinstance(emissions.size(1), int)
+
+
 def _recursions(emissions: torch.Tensor) -> tuple[Callable, Callable]:
-    """`_forward_algorithm` and `_viterbi`, or in a traced graph (`torch.export`, ONNX, `torch.compile`), which cannot
-    loop over a symbolic sequence length, their log-depth versions from `crf_parallel.py`."""
-    if torch.compiler.is_compiling() or not isinstance(emissions.size(1), int):
+    """`_forward_algorithm` and `_viterbi`, or in a traced graph, which cannot loop over a symbolic sequence length,
+    their log-depth versions from `crf_parallel.py`."""
+    if _is_traced(emissions):
         return crf_parallel.log_partition, crf_parallel.viterbi
     return _forward_algorithm, _viterbi
 
@@ -308,6 +316,54 @@ class ConditionalRandomField(nn.Module):
         for buffer, values in zip((self.start_allowed, self.end_allowed, self.transition_allowed), constraints):
             buffer.copy_(torch.tensor(values, dtype=torch.bool))
 
+    def kernel_obstacles(self, emissions: torch.Tensor) -> list[str]:
+        """Why the Triton kernels cannot run on ``emissions``, one reason a string; empty when they can."""
+        try:  # imported at first use: the package (and a checkpoint's copy of it) loads without Triton
+            from .triton_crf import KERNEL_DTYPES, MAX_KERNEL_TAGS, kernels_interpreted
+        except ImportError as error:
+            return [f"triton cannot be imported ({error})"]
+        obstacles = []
+        if not (emissions.is_cuda or (emissions.device.type == "cpu" and kernels_interpreted())):
+            obstacles.append(
+                f"the emissions are on {emissions.device}, and the kernels need CUDA tensors (or CPU tensors with "
+                "Triton's interpreter, TRITON_INTERPRET=1 set before the kernels are first used)"
+            )
+        if emissions.dtype not in KERNEL_DTYPES or self._compute_dtype(emissions) != torch.float32:
+            obstacles.append(
+                f"the emissions are {emissions.dtype} and the scores {self.transitions.dtype}, and the kernels "
+                f"compute in float32 (emissions in {', '.join(map(str, KERNEL_DTYPES))})"
+            )
+        if self.num_tags > MAX_KERNEL_TAGS:
+            obstacles.append(f"there are {self.num_tags} tags, and the kernels take at most {MAX_KERNEL_TAGS}")
+        return obstacles
+
+    def uses_kernels(self, emissions: torch.Tensor, implementation: str) -> bool:
+        """Whether a call on ``emissions`` runs the Triton kernels of `triton_crf.py` rather than the loops (or, in a
+        traced graph, the log-depth scans, whatever ``implementation`` says).
+
+        ``implementation`` is the model's `config.step_implementation`: `"eager"` never, `"auto"` on CUDA tensors
+        where the kernels can run, `"triton"` always (on CPU tensors under Triton's interpreter). Reads only the
+        device, dtypes and sizes, never values.
+
+        Raises:
+            `ValueError`: If ``implementation`` is none of `"auto"`, `"eager"`, `"triton"`, or is `"triton"` where
+            the kernels cannot run (the message says why).
+        """
+        if implementation not in STEP_IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be one of {STEP_IMPLEMENTATIONS}, got {implementation!r}")
+        if implementation == "eager" or _is_traced(emissions) or (implementation == "auto" and not emissions.is_cuda):
+            return False
+        obstacles = self.kernel_obstacles(emissions)
+        if obstacles and implementation == "triton":
+            raise ValueError(f"implementation='triton' cannot run the CRF's kernels here: {'; '.join(obstacles)}")
+        return not obstacles
+
+    def _kernel_arguments(self, emissions: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Contiguous emissions and mask, then the parameters and constraint buffers, as the kernels read them."""
+        parameters = (self.start_transitions, self.end_transitions, self.transitions)
+        constraints = (self.start_allowed, self.end_allowed, self.transition_allowed)
+        return emissions.contiguous(), mask.contiguous(), *parameters, *constraints
+
     def extra_repr(self) -> str:
         return f"num_tags={self.num_tags}, constrained={self.allowed_transitions is not None}"
 
@@ -393,7 +449,11 @@ class ConditionalRandomField(nn.Module):
             raise ValueError(f"tags must be an integer tensor, got dtype {tags.dtype}")
 
     def log_likelihood(
-        self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor | None = None
+        self,
+        emissions: torch.Tensor,
+        tags: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        implementation: str = "auto",
     ) -> torch.Tensor:
         """Log-likelihood of the gold tags of each sentence, over its unmasked positions (forward algorithm).
 
@@ -403,12 +463,20 @@ class ConditionalRandomField(nn.Module):
                 At unmasked positions they must be in ``[0, num_tags)`` (see `validate_tags`).
             mask (`torch.BoolTensor` of shape `(batch, seq)`, *optional*): positions that belong to the chain; need not
                 start with `True` and may have holes. 0/1 integer masks are accepted. Defaults to all positions.
+            implementation (`str`, *optional*, defaults to `"auto"`): the loops or the Triton kernels (see
+                `uses_kernels`).
 
         Returns:
             `torch.FloatTensor` of shape `(batch,)`, float32 (float64 for float64 inputs or parameters): 0 for
             sentences without unmasked positions.
         """
         mask, tags = self._validated(emissions, mask, tags)
+        if self.uses_kernels(emissions, implementation):
+            from .triton_crf import crf_log_likelihood
+
+            emissions, mask, *scores = self._kernel_arguments(emissions, mask)
+            log_likelihood, _, _ = crf_log_likelihood(emissions, tags.contiguous(), mask, *scores, _LIKELIHOOD_PENALTY)
+            return log_likelihood
         with _autocast_disabled(emissions):
             dtype = self._compute_dtype(emissions)
             emissions = emissions.to(dtype)
@@ -428,6 +496,7 @@ class ConditionalRandomField(nn.Module):
         tags: torch.Tensor,
         mask: torch.Tensor | None = None,
         reduction: str = "mean",
+        implementation: str = "auto",
     ) -> torch.Tensor:
         """Negative log-likelihood of the gold tags; arguments as in `log_likelihood`.
 
@@ -440,7 +509,7 @@ class ConditionalRandomField(nn.Module):
         """
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {', '.join(map(repr, _REDUCTIONS))}, got {reduction!r}")
-        return _REDUCTIONS[reduction](-self.log_likelihood(emissions, tags, mask))
+        return _REDUCTIONS[reduction](-self.log_likelihood(emissions, tags, mask, implementation))
 
     def _paths_and_max_marginals(
         self, emissions: torch.Tensor, mask: torch.Tensor, with_backward: bool
@@ -458,23 +527,33 @@ class ConditionalRandomField(nn.Module):
         max_marginals = forward + backward - best_score[:, None, None]  # (batch, seq, L)
         return _chain_back(path, destinations), _chain_back(max_marginals, destinations)
 
-    def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self, emissions: torch.Tensor, mask: torch.Tensor | None = None, implementation: str = "auto"
+    ) -> torch.Tensor:
         """Best tag sequence of each sentence over its unmasked positions (Viterbi).
 
         Args:
             emissions (`torch.Tensor` of shape `(batch, seq, num_tags)`): tag scores of each position, any float dtype.
-            mask (`torch.BoolTensor` of shape `(batch, seq)`, *optional*): as in `log_likelihood`.
+            mask (`torch.BoolTensor` of shape `(batch, seq)`, *optional*), implementation (`str`, *optional*,
+                defaults to `"auto"`): as in `log_likelihood`.
 
         Returns:
             `torch.LongTensor` of shape `(batch, seq)`: tag ids, `IGNORE_INDEX` (-100) at masked positions.
         """
         mask, _ = self._validated(emissions, mask)
+        if self.uses_kernels(emissions, implementation):
+            from .triton_crf import crf_viterbi
+
+            paths, _ = crf_viterbi(*self._kernel_arguments(emissions.detach(), mask), _TIE_MARGIN, False)
+            return paths
         with _autocast_disabled(emissions):
             emissions = emissions.to(self._compute_dtype(emissions))
             path, _ = self._paths_and_max_marginals(emissions, mask, with_backward=False)
             return torch.where(mask, path, IGNORE_INDEX)
 
-    def max_marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def max_marginals(
+        self, emissions: torch.Tensor, mask: torch.Tensor | None = None, implementation: str = "auto"
+    ) -> torch.Tensor:
         """Max-marginal of each tag at each position, relative to the best path (max-product forward-backward).
 
         Entry ``[b, i, y]`` is the score of the best tag sequence of sentence ``b`` that has tag ``y`` at position
@@ -484,13 +563,19 @@ class ConditionalRandomField(nn.Module):
 
         Args:
             emissions (`torch.Tensor` of shape `(batch, seq, num_tags)`): tag scores of each position, any float dtype.
-            mask (`torch.BoolTensor` of shape `(batch, seq)`, *optional*): as in `log_likelihood`.
+            mask (`torch.BoolTensor` of shape `(batch, seq)`, *optional*), implementation (`str`, *optional*,
+                defaults to `"auto"`): as in `log_likelihood`.
 
         Returns:
             `torch.FloatTensor` of shape `(batch, seq, num_tags)`, float32 (float64 for float64 inputs or parameters):
-            0 at masked positions.
+            0 at masked positions. Differentiable with the loops and scans, not with the kernels (a decoding output).
         """
         mask, _ = self._validated(emissions, mask)
+        if self.uses_kernels(emissions, implementation):
+            from .triton_crf import crf_viterbi
+
+            _, max_marginals = crf_viterbi(*self._kernel_arguments(emissions.detach(), mask), _TIE_MARGIN, True)
+            return max_marginals
         with _autocast_disabled(emissions):
             dtype = self._compute_dtype(emissions)
             path, max_marginals = self._paths_and_max_marginals(emissions.to(dtype), mask, with_backward=True)

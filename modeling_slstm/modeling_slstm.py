@@ -1128,10 +1128,11 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
         else:
             if labels is not None:
                 chain = (head_tag_ids != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
-                loss = self.crf(emissions, head_tag_ids, chain, reduction="mean")
+                loss = self.crf(emissions, head_tag_ids, chain, "mean", self.config.step_implementation)
             else:
                 chain = crf_inference_chain(input_ids, real_token_mask(attention_mask, emissions), self.config)
-            scores, combine = self.crf.max_marginals(emissions, chain), torch.maximum  # (batch, seq, head tags)
+            max_marginals = self.crf.max_marginals(emissions, chain, self.config.step_implementation)
+            scores, combine = max_marginals, torch.maximum  # (batch, seq, head tags)
         logits = scores if self.bioes is None else iob2_label_scores(scores, self.bioes, combine)  # (batch, seq, L)
         if not return_dict:
             return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)

@@ -6,9 +6,10 @@ captured per shape; with widths in steps of 8 the CoNLL-2003 NER training split 
 has 115 tokens), the movie-review one 8. Outputs do not change (the model is exact under padding); on a CPU the
 batches stay padded to their longest sentence, as before.
 
-CUDA graphs and `torch.compile` stay options of the training scripts (transformers' `--torch_compile` with
-`--torch_compile_mode reduce-overhead` for graphs), off by default: `run_scripts/benchmarks/gpu_checks.sh` measures
-whether they pay for a whole epoch.
+CUDA graphs and `torch.compile` stay options of the training scripts, off by default: `--cuda_graphs` replays each
+training step's forward and backward from a CUDA graph captured once per batch shape (transformers' `--torch_compile`
+with `--torch_compile_mode reduce-overhead`), and `run_scripts/benchmarks/gpu_checks.sh` measures whether they pay for
+a whole epoch.
 """
 
 import torch

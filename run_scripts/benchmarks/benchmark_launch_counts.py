@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Operators launched by one training step of the paper configurations, readable step against fused step.
+
+For the NER tagger (`hub_configs/slstm-ner-crf.json`: character CNN, CRF over CoNLL-2003's labels), the POS tagger
+(`slstm-pos.json`: character CNN, softmax over 45 tags) and the movie-review classifier
+(`slstm-classification-paper.json`), a fresh model in training mode on a random batch (every sentence of full length,
+every position labelled): one forward that computes the loss, and its backward. Counted with
+`launch_counts.count_launched_operators` (top-level ATen and custom operators; views and allocations left out), with
+`step_implementation="eager"` (the readable PyTorch step and the CRF's plain loops) and `"triton"` (the fused step and
+the CRF's kernels; on a CPU they run in Triton's interpreter, which this script switches on, so the counts are those
+of a GPU). Counts depend on the config and the sequence length, not on the batch size (from 2 sentences on) or
+the hidden size (`--hidden_size 8` gives the same table, faster).
+
+Prints a Markdown table (docs/benchmarks.md, "Operators per training step"):
+
+    python run_scripts/benchmarks/benchmark_launch_counts.py
+    python run_scripts/benchmarks/benchmark_launch_counts.py --tasks ner --shapes 8x8 32x32 --top 15
+"""
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+if not torch.cuda.is_available():  # before modeling_slstm is imported: Triton reads it when it decorates the kernels
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from modeling_slstm.modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification
+from run_scripts import REPOSITORY_ROOT
+from run_scripts.benchmarks.launch_counts import count_launched_operators, short_name
+from run_scripts.training.arguments import ModelArguments, check_choices, parse_arguments
+from run_scripts.training.model_setup import load_fresh_config
+
+CONLL_LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+POS_TAG_COUNT = 45  # the Penn Treebank tags of WSJ POS tagging
+TASKS = {
+    # task: (config, model class, labels)
+    "ner": ("slstm-ner-crf.json", SLSTMForTokenClassification, CONLL_LABELS),
+    "pos": ("slstm-pos.json", SLSTMForTokenClassification, [f"TAG{index}" for index in range(POS_TAG_COUNT)]),
+    "classification": ("slstm-classification-paper.json", SLSTMForSequenceClassification, ["negative", "positive"]),
+}
+IMPLEMENTATIONS = {"readable": "eager", "fused": "triton"}
+VOCAB_SIZE, CHAR_VOCAB_SIZE, WORD_LENGTH = 1000, 100, 8
+
+
+@dataclass
+class LaunchCountArguments:
+    """Arguments of benchmark_launch_counts.py."""
+
+    tasks: list[str] = field(default_factory=lambda: list(TASKS), metadata={"help": f"of {', '.join(TASKS)}"})
+    shapes: list[str] = field(
+        default_factory=lambda: ["8x8", "8x64", "32x32"],
+        metadata={"help": "batch x length of the token-classification tasks"},
+    )
+    classification_shapes: list[str] = field(default_factory=lambda: ["32x21"], metadata={"help": "batch x length"})
+    hidden_size: int | None = field(
+        default=None, metadata={"help": "override the configs' hidden and embedding sizes (counts do not change)"}
+    )
+    device: str = field(default="cpu", metadata={"help": "cpu (kernels interpreted) or cuda"})
+    top: int = field(default=0, metadata={"help": "also list the most frequent operators of each fused count"})
+
+    def __post_init__(self):
+        check_choices("tasks", self.tasks, TASKS)
+        for shape in self.shapes + self.classification_shapes:
+            parse_shape(shape)
+
+
+def parse_shape(shape: str) -> tuple[int, int]:
+    """``"32x21"`` -> ``(32, 21)``."""
+    try:
+        batch, length = (int(size) for size in shape.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"a shape is BATCHxLENGTH, e.g. 32x21, got {shape!r}") from None
+    return batch, length
+
+
+def paper_model(task: str, implementation: str, hidden_size: int | None = None, device: str = "cpu"):
+    """A fresh model of the task's shipped config in training mode, seed 0, with `step_implementation`
+    ``implementation``; ``hidden_size`` (optional) replaces the hidden and embedding sizes."""
+    config_name, model_class, labels = TASKS[task]
+    config = load_fresh_config(ModelArguments(config_name=str(REPOSITORY_ROOT / "hub_configs" / config_name)))
+    sizes = {} if hidden_size is None else {"hidden_size": hidden_size, "embedding_dim": hidden_size}
+    config.update(
+        {
+            "vocab_size": VOCAB_SIZE,
+            "char_vocab_size": CHAR_VOCAB_SIZE,
+            "id2label": dict(enumerate(labels)),
+            "label2id": {label: index for index, label in enumerate(labels)},
+            "step_implementation": implementation,
+            **sizes,
+        }
+    )
+    torch.manual_seed(0)
+    return model_class(config).to(device).train()
+
+
+def random_batch(model, batch: int, length: int, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """Token ids (no padding or special tokens), character ids if the model reads them, and labels: per word for a
+    tagger, per sentence for a classifier; seed 0."""
+    generator = torch.Generator().manual_seed(0)
+    config = model.config
+    inputs = {
+        "input_ids": torch.randint(4, VOCAB_SIZE, (batch, length), generator=generator),
+        "attention_mask": torch.ones(batch, length, dtype=torch.long),
+    }
+    if config.use_char_features:
+        inputs["char_ids"] = torch.randint(2, CHAR_VOCAB_SIZE, (batch, length, WORD_LENGTH), generator=generator)
+    label_shape = (batch, length) if isinstance(model, SLSTMForTokenClassification) else (batch,)
+    inputs["labels"] = torch.randint(config.num_labels, label_shape, generator=generator)
+    return {name: tensor.to(device) for name, tensor in inputs.items()}
+
+
+def training_step_counts(model, inputs) -> Counter:
+    """Operators of one forward (with the loss) and its backward."""
+    return count_launched_operators(lambda: model(**inputs).loss.backward())
+
+
+def count_row(task: str, shape: str, hidden_size: int | None = None, device: str = "cpu") -> dict:
+    """The counts of one task and shape, readable and fused: ``{"task", "shape", "readable", "fused",
+    "fused_operators"}`` (the last a `Counter` by operator name)."""
+    batch, length = parse_shape(shape)
+    row = {"task": task, "shape": f"{batch}x{length}"}
+    for name, implementation in IMPLEMENTATIONS.items():
+        model = paper_model(task, implementation, hidden_size, device)
+        counts = training_step_counts(model, random_batch(model, batch, length, device))
+        row[name] = sum(counts.values())
+        row[f"{name}_operators"] = counts
+    return row
+
+
+def markdown(rows: list[dict], top: int = 0) -> str:
+    lines = [
+        "| configuration | batch × length | readable step | fused step |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        shape = row["shape"].replace("x", " × ")
+        lines.append(f"| {row['task']} | {shape} | {row['readable']:,} | {row['fused']:,} |")
+    for row in rows if top else []:
+        frequent = ", ".join(f"{short_name(name)} {count}" for name, count in row["fused_operators"].most_common(top))
+        lines.append(f"\n{row['task']} {row['shape']}, fused: {frequent}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> list[dict]:
+    args = parse_arguments(LaunchCountArguments, argv, description=__doc__)
+    rows = []
+    for task in args.tasks:
+        shapes = args.classification_shapes if task == "classification" else args.shapes
+        rows += [count_row(task, shape, args.hidden_size, args.device) for shape in shapes]
+    print(markdown(rows, args.top))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
