@@ -262,6 +262,11 @@ class SLSTMTrainingArguments(TrainingArguments):
                     f"--l2_regularization {self.l2_regularization} (coupled L2 in Adam) and --weight_decay "
                     f"{self.weight_decay} (decoupled AdamW decay) regularise the same weights twice: give one of them"
                 )
+        if self.lr_decay_per_epoch is not None and self.warmup_steps:
+            raise ValueError(
+                f"--lr_decay_per_epoch {self.lr_decay_per_epoch} replaces the Trainer's schedule, so --warmup_steps "
+                f"{self.warmup_steps} would be ignored: give one of them"
+            )
         if self.max_tokens_per_batch is not None and self.max_tokens_per_batch < 1:
             raise ValueError(
                 f"--max_tokens_per_batch must be a positive number of tokens, got {self.max_tokens_per_batch}"
