@@ -39,8 +39,8 @@ from transformers import DataCollatorForTokenClassification
 from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.benchmark_training_throughput import trainer_optimizer
-from run_scripts.benchmarks.speed_measurement import machine_info
+from run_scripts.benchmarks.fresh_model_and_optimizer import trainer_optimizer
+from run_scripts.benchmarks.timing import machine_info
 from run_scripts.training import data
 from run_scripts.training.arguments import check_choices, parse_arguments
 from run_scripts.training.threads import apply_thread_setting

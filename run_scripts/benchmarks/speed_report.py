@@ -1,4 +1,5 @@
-"""The reporting half of `benchmark_speed.py`: CSV, Markdown tables, JSON metadata and PNG plots of measured rows.
+"""The reporting half of `benchmark_speed.py`: rows printed as they are measured, CSV, Markdown tables, JSON metadata
+and PNG plots.
 
 A row is one model, variant, workload (`data`: random, or a corpus's real batches; batch, length) and mode
 (`FIELDS`); the machine it ran on is in every row, so that CSVs of different machines can be merged (`--from_csv`)
@@ -10,14 +11,15 @@ import json
 import math
 from pathlib import Path
 
-from run_scripts.benchmarks.speed_measurement import PAPER_SLSTM, RANDOM, REFERENCE_SLSTM, mode_label
+from run_scripts.benchmarks.timed_models import PAPER_SLSTM, REFERENCE_SLSTM
+from run_scripts.benchmarks.workloads import RANDOM
 
 MACHINE_FIELDS = ["device", "device_name", "cpu_capability", "native_bf16", "threads", "torch", "matmul_backend"]
 FIELDS = MACHINE_FIELDS + [
     "model", "variant", "batch", "length", "mode", "tokens_per_s", "median_ms", "runs", "peak_mem_mb", "params",
     "encoder_params", "gflops_per_s", "ceiling_gflops_per_s", "pct_of_ceiling", "interleaved_ceiling_gflops_per_s",
     "pct_of_interleaved_ceiling", "matmul_time_share",
-    # the workload, the S-LSTM step that ran, and the floor (speed_measurement.apply_peaks)
+    # the workload, the S-LSTM step that ran, and the floor (machine_peaks.apply_peaks)
     "data", "batches", "step_implementation", "gflop", "gbytes", "peak_gflops_per_s", "peak_gb_per_s", "peak_source",
     "pct_of_peak_flops", "pct_of_peak_bandwidth", "floor_ms", "pct_of_floor",
 ]  # fmt: skip
@@ -25,6 +27,35 @@ TEXT_FIELDS = {"device", "device_name", "cpu_capability", "native_bf16", "torch"
 TEXT_FIELDS |= {"model", "variant", "mode", "data", "step_implementation", "peak_source"}
 INTEGER_FIELDS = {"threads", "batch", "length", "runs", "params", "encoder_params", "batches"}
 BASELINES = ("bilstm1", "bilstm2")  # the cuDNN BiLSTMs the S-LSTM variants are compared with
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Printing while measuring
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def mode_label(mode: str) -> str:
+    return "forward+backward" if mode == "train" else "forward only"
+
+
+def print_row(row: dict):
+    print(
+        f"{row['model']:>16} {row['variant']:>26} {row['data']:>13} {row['batch']:>3}x{row['length']:<4} "
+        f"{mode_label(row['mode']):>16}: "
+        f"{row['tokens_per_s']:>10.0f} tok/s {row['median_ms']:>9.1f} ms {row['peak_mem_mb']:>8.1f} MiB "
+        f"{row['gflops_per_s']:>7.1f} GFLOP/s ({row['pct_of_interleaved_ceiling']:.0f}% of the ceiling GEMM timed "
+        "between the runs)" + matmul_share_text(row),
+        flush=True,
+    )
+
+
+def matmul_share_text(row: dict) -> str:
+    """The matmul share and the bound it implies, as a clause to print after a row; empty where not measured."""
+    share = row.get("matmul_time_share", float("nan"))
+    if not share > 0:  # NaN (not measured) or a profile without matmuls
+        return ""
+    bound = row["pct_of_interleaved_ceiling"] / share
+    return f"; {100 * share:.0f}% of its time in matmuls: at most about {bound:.0f}% with all other work free"
 
 
 # --------------------------------------------------------------------------------------------------------------------

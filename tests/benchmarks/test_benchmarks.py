@@ -10,7 +10,7 @@ import torch
 
 from modeling_slstm import cpu_matmul, modeling_slstm
 from modeling_slstm.configuration_slstm import SLSTMConfig
-from run_scripts.benchmarks import benchmark_inputs, benchmark_speed, reference_slstm, speed_measurement
+from run_scripts.benchmarks import benchmark_speed, flop_and_byte_counts, reference_slstm, timing, workloads
 
 
 def test_slstm_flop_count_matches_the_equations():
@@ -20,8 +20,8 @@ def test_slstm_flop_count_matches_the_equations():
     per_token_step = 2 * 3 * hidden * 7 * hidden + 2 * hidden * hidden  # W ξ_i (7 blocks) + U_f h_i
     per_sentence_step = 2 * hidden * 7 * hidden + 2 * 2 * hidden * 2 * hidden + 2 * hidden * hidden
     expected = 2 * tokens * 300 * 7 * hidden + 9 * (tokens * per_token_step + batch * per_sentence_step)
-    assert speed_measurement.slstm_forward_flops(config, batch, length) == expected
-    assert speed_measurement.step_flops(config, batch, length, "train") == 3 * expected
+    assert flop_and_byte_counts.slstm_forward_flops(config, batch, length) == expected
+    assert flop_and_byte_counts.step_flops(config, batch, length, "train") == 3 * expected
 
 
 def test_speed_benchmark_tiny(tmp_path):
@@ -91,12 +91,12 @@ def test_speed_benchmark_quick_arguments():
 
 def test_matmul_time_share_tells_products_from_elementwise_work():
     square = torch.randn(256, 256)
-    assert speed_measurement.matmul_time_share(lambda: square @ square) > 0
-    assert speed_measurement.matmul_time_share(lambda: torch.tanh(square).sum()) == 0.0
+    assert timing.matmul_time_share(lambda: square @ square) > 0
+    assert timing.matmul_time_share(lambda: torch.tanh(square).sum()) == 0.0
     # oneDNN or PyTorch's matmul, whichever the backend rule picks: the products of the step's linear layer are
     # counted (the share was 0.0 with the oneDNN operator left out of MATMUL_OPERATORS).
     linear, rows = cpu_matmul.SLSTMLinear(1024, 1024), torch.randn(512, 1024)
-    assert speed_measurement.matmul_time_share(lambda: linear(rows).sum().backward()) > 0
+    assert timing.matmul_time_share(lambda: linear(rows).sum().backward()) > 0
 
 
 def test_interleaved_timing_times_a_slow_call_once(monkeypatch):
@@ -104,8 +104,8 @@ def test_interleaved_timing_times_a_slow_call_once(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
     calls = {"fast": lambda: None, "slow": lambda: clock.__setitem__(0, clock[0] + 0.02)}
-    timing = speed_measurement.Timing(warmup=1, repeats=3, min_time=0.0, max_repeats=3, time_once_above=0.01)
-    times = speed_measurement.time_interleaved(calls, torch.device("cpu"), timing)
+    rounds = timing.Timing(warmup=1, repeats=3, min_time=0.0, max_repeats=3, time_once_above=0.01)
+    times = timing.time_interleaved(calls, torch.device("cpu"), rounds)
     assert times == {"fast": [0.0, 0.0, 0.0], "slow": [pytest.approx(0.02)]}
 
 
@@ -181,10 +181,10 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
 
 def test_length_grouped_batches_cover_the_epoch_once():
     lengths = torch.randint(1, 50, (103,), generator=torch.Generator().manual_seed(0)).tolist()
-    batches = benchmark_inputs.length_grouped_batches(lengths, 10, seed=1)
+    batches = workloads.length_grouped_batches(lengths, 10, seed=1)
     assert sorted(index for batch in batches for index in batch) == list(range(103))
     assert [len(batch) for batch in batches] == [10] * 10 + [3]
-    assert batches == benchmark_inputs.length_grouped_batches(lengths, 10, seed=1)
+    assert batches == workloads.length_grouped_batches(lengths, 10, seed=1)
     # Grouped: the sentences of a batch are closer in length than those of the epoch's order cut into tens.
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches)
     ungrouped = [list(range(start, min(start + 10, 103))) for start in range(0, 103, 10)]
