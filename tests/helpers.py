@@ -1,4 +1,8 @@
-"""Tiny S-LSTM configs, models and batches shared by the model tests (imported as `helpers`)."""
+"""Tiny S-LSTM configs, models and batches shared by the tests (imported as `helpers`), and where the shared
+benchmark data lies."""
+
+import os
+from pathlib import Path
 
 import torch
 
@@ -8,6 +12,12 @@ from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_confi
 VOCAB_SIZE = 20
 PAD, BOS, EOS = 0, 2, 3  # the config defaults (the word tokenizer's fixed ids)
 BIO_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shared_data_root() -> Path:
+    """The shared benchmark data folder: `$SLSTM_SHARED_DATA`, else `shared/data` beside the repository."""
+    return Path(os.environ.get("SLSTM_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
 def tiny_config(**overrides) -> SLSTMConfig:

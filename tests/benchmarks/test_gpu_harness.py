@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import shared_data_root
+from helpers import shared_data_root
 from torch import nn
 from transformers import DataCollatorWithPadding
 from transformers.trainer_pt_utils import LengthGroupedSampler
@@ -118,8 +118,7 @@ def test_gpu_checks_stages_name_existing_scripts_and_the_script_parses(tmp_path)
     assert [name for name, _ in stages] == [*default, "scripts"]
     assert sum(int(limit) for name, limit in stages if name in default) <= int(re.search(r"BUDGET:-(\d+)", text)[1])
     for path in re.findall(r"(run_scripts/\S+\.py|tests/\S+\.py)", text):
-        if "test_fused_step" not in path:  # the fused step's tests come with the fused step
-            assert (REPO / path).is_file(), path
+        assert (REPO / path).is_file(), path
 
 
 # --------------------------------------------------------------------------------------------------------------------

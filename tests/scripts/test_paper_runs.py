@@ -5,25 +5,15 @@ results table checked against `statistics` on planted results."""
 import json
 import statistics
 import sys
+from pathlib import Path
 
 import pytest
 
 from run_scripts import paper_runs
 
-# Stands in for the interpreter: records its arguments, and finishes the run as a training script would, writing the
-# results files of the splits it was asked for (dev score 0.5, test score 0.25, 4 epochs in 100 s).
-FAKE_PYTHON = """#!/usr/bin/env bash
-echo "$@" >> "$RECORD"
-while [ $# -gt 0 ]; do
-    case $1 in --output_dir) output=$2 ;; --do_predict) test=', "test_accuracy": 0.25, "test_f1": 0.25' ;; esac
-    shift
-done
-mkdir -p "$output"
-echo "{\\"eval_accuracy\\": 0.5, \\"eval_f1\\": 0.5, \\"epoch\\": 4, \\"train_runtime\\": 100.0$test}" > "$output/all_results.json"
-echo '{}' > "$output/eval_results.json"
-[ -n "$test" ] && echo '{}' > "$output/test_results.json"
-exit 0
-"""
+# Stands in for the interpreter (beside this file): records its arguments and finishes a run as a training script
+# would.
+FAKE_PYTHON = Path(__file__).parent / "fake_python.sh"
 
 
 def parse(*argv: str) -> paper_runs.DriverArguments:
@@ -102,10 +92,8 @@ def test_run_names_and_groups():
 @pytest.fixture
 def fake_python(tmp_path, monkeypatch):
     """The driver's interpreter replaced by FAKE_PYTHON; returns the file of the command lines it received."""
-    fake, record = tmp_path / "fake_python", tmp_path / "commands.txt"
-    fake.write_text(FAKE_PYTHON)
-    fake.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(fake))
+    record = tmp_path / "commands.txt"
+    monkeypatch.setattr(sys, "executable", str(FAKE_PYTHON))
     monkeypatch.setattr(paper_runs, "precision_flags", list)
     monkeypatch.setenv("RECORD", str(record))
     return record

@@ -1,0 +1,29 @@
+"""Run by test_run_push_to_hub.py in an interpreter that cannot import `modeling_slstm` (`python -I -S`): downloads a
+repository from the Hub stand-in, loads its model and tokenizer by repo id with `trust_remote_code=True`, and prints
+`RESULT` and a JSON object: the downloaded files' git blob ids, the tag ids and pipeline entities of TEXT, and the
+classes' module and name.
+
+    python -I -S load_from_the_hub_without_the_package.py REPO_ID TEXT MODULE_CACHE SITE_DIR...
+"""
+
+import hashlib, importlib.util, json, os, sys
+repo_id, text, module_cache, *site_dirs = sys.argv[1:]
+sys.path = [p for p in sys.path if p] + site_dirs  # stdlib (from -I -S) + bare site-packages, no .pth files
+assert importlib.util.find_spec("modeling_slstm") is None, "modeling_slstm is importable: the test proves nothing"
+from huggingface_hub import snapshot_download
+from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+folder = snapshot_download(repo_id)
+blobs = {}
+for root, _, names in os.walk(folder):
+    for name in names:
+        data = open(os.path.join(root, name), "rb").read()
+        blobs[os.path.relpath(os.path.join(root, name), folder)] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+model = AutoModelForTokenClassification.from_pretrained(repo_id, trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)
+assert "modeling_slstm" not in sys.modules
+code_files = [sys.modules[type(item).__module__].__file__ for item in (model, tokenizer)]
+assert all(path.startswith(module_cache) for path in code_files), code_files
+tagger = pipeline("token-classification", model=model, tokenizer=tokenizer)
+ids = model(**tokenizer(text, return_tensors="pt")).logits.argmax(-1)[0].tolist()
+print("RESULT " + json.dumps({"blobs": blobs, "ids": ids, "entities": [e["entity"] for e in tagger(text)],
+                              "module": type(model).__module__, "tokenizer": type(tokenizer).__name__}))
