@@ -167,3 +167,19 @@ def save_tiny_encoder(folder) -> str:
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+def markdown_rows(text: str) -> list[dict[str, str]]:
+    """The body rows of every Markdown table in `text`, each as `{column header: cell}` (cells stripped): tests read
+    a table by its columns, so a reworded title or a new column elsewhere does not break them."""
+    rows, header = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not all(set(cell) <= set("-: ") for cell in cells):
+            rows.append(dict(zip(header, cells, strict=True)))
+    return rows

@@ -43,6 +43,7 @@ from run_scripts.benchmarks.fresh_model_and_optimizer import trainer_optimizer
 from run_scripts.benchmarks.timing import machine_info
 from run_scripts.training import data
 from run_scripts.training.arguments import check_choices, parse_arguments
+from run_scripts.training.tag_scheme_decisions import complete_span_labels
 from run_scripts.training.threads import apply_thread_setting
 
 WNUT_TYPES = [
@@ -98,7 +99,7 @@ def demo_batch(args: BusyMachineArguments) -> tuple[dict, list[str], object]:
     vocabulary = [
         "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 10))) for _ in range(args.vocabulary_size)
     ]
-    labels = ["O"] + [f"{prefix}-{entity_type}" for entity_type in WNUT_TYPES for prefix in "BI"]
+    labels = complete_span_labels([f"B-{entity_type}" for entity_type in WNUT_TYPES], "IOB2")
     sentences = [rng.choices(vocabulary, k=args.words) for _ in range(args.sentences)]
     tags = [[rng.choice(labels[1::2]) if rng.random() < 0.1 else "O" for _ in sentence] for sentence in sentences]
     tokenizer = build_word_tokenizer([vocabulary])

@@ -37,7 +37,6 @@ import torch
 from transformers import DataCollatorForTokenClassification
 
 from modeling_slstm import SLSTMForTokenClassification
-from modeling_slstm.tag_schemes import split_tag
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 from run_scripts.benchmarks.fresh_model_and_optimizer import fresh_model, trainer_optimizer
 from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
@@ -45,6 +44,7 @@ from run_scripts.benchmarks.workloads import length_grouped_batches
 from run_scripts.training import data
 from run_scripts.training.arguments import DataArguments, parse_arguments
 from run_scripts.training.samplers import TokenBudgetBatchSampler
+from run_scripts.training.tag_scheme_decisions import complete_span_labels
 
 
 @dataclass
@@ -166,8 +166,7 @@ def main(argv=None) -> list[dict]:
     torch.set_num_threads(args.threads)
     sentences = data.read_conll(args.train_file)
     tokenizer = build_word_tokenizer([s["tokens"] for s in sentences])
-    types = sorted({split_tag(tag)[1] for s in sentences for tag in s["tags"] if tag != "O"})
-    labels = ["O"] + [f"{prefix}-{entity_type}" for entity_type in types for prefix in "BI"]
+    labels = complete_span_labels({tag for s in sentences for tag in s["tags"]}, "IOB2")
     examples = training_examples(args.train_file, tokenizer, {label: i for i, label in enumerate(labels)})
     collator = DataCollatorForTokenClassification(tokenizer, return_tensors="pt")
 
