@@ -1,10 +1,12 @@
 """Smoke tests of the benchmark scripts on tiny settings (they are scripts, not timed tests), the FLOP count, the plain
-reference S-LSTM, and the oneDNN matmul path of the S-LSTM step."""
+reference S-LSTM, and the pictures of docs/benchmarks.md."""
 
 import csv
 import json
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import markdown_rows
@@ -12,6 +14,8 @@ from helpers import markdown_rows
 from modeling_slstm import cpu_matmul
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from run_scripts.benchmarks import benchmark_speed, flop_and_byte_counts, reference_slstm, timing, workloads
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_slstm_flop_count_matches_the_equations():
@@ -196,3 +200,39 @@ def test_feature_encoder_benchmark_tiny(tmp_path):
     rows = benchmark_feature_encoder.main(argv)
     assert [row["setup"] for row in rows] == ["S-LSTM", "S-LSTM + encoder features", "encoder forward only"]
     assert rows[0]["ratio"] == 1.0 and all(row["ms_per_batch"] > 0 for row in rows)
+
+
+def series_in_picture(path) -> tuple[tuple[int, int], int]:
+    """`((width, height), series)` of a PNG: the series are the plot colours (`SERIES_COLORS`) that cover at least 150
+    pixels, up to the small colour shifts of the PNG's reduced palette (a legend swatch alone covers fewer)."""
+    from PIL import Image
+
+    from run_scripts.benchmarks.speed_report import SERIES_COLORS
+
+    image = Image.open(path)
+    pixels = np.asarray(image.convert("RGB")).astype(int)  # (height, width, 3)
+    colors = [np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)]) for color in SERIES_COLORS]
+    return image.size, sum(int((np.abs(pixels - color).sum(-1) < 30).sum() >= 150) for color in colors)
+
+
+def test_docs_pictures_show_every_model_and_setting_of_their_csvs(tmp_path):
+    """The pictures of docs/benchmarks.md, drawn again from the CSVs beside them, and the committed ones: each shows
+    one series per model (training, batch 32) or thread setting that the CSVs hold, counted from the decoded
+    pixels, at the size the plot code sets (72 dpi)."""
+    from run_scripts.benchmarks import docs_plots
+
+    benchmarks = REPO / "docs" / "benchmarks"
+    models = set()
+    for path in [*benchmarks.glob("speed_*.csv"), *benchmarks.glob("quick_*.csv")]:
+        with path.open() as handle:
+            models |= {row["model"] for row in csv.DictReader(handle) if (row["mode"], row["batch"]) == ("train", "32")
+                       and row["variant"] in ("fp32", "bf16")}  # fmt: skip
+    with (benchmarks / "busy_machine_avx512_family25_2cores.csv").open() as handle:
+        settings = {row["setting"] for row in csv.DictReader(handle)}
+    assert len(models) == 6 and len(settings) == 5
+    written = docs_plots.main(["--output_dir", str(tmp_path)])
+    assert [path.name for path in written] == ["tokens_per_length.png", "busy_machine_avx512_family25_2cores.png"]
+    for folder in (tmp_path, benchmarks):
+        assert series_in_picture(folder / "tokens_per_length.png") == ((9 * 72, 2 * 3 * 72), len(models))
+        assert series_in_picture(folder / "busy_machine_avx512_family25_2cores.png") == ((7 * 72, 230), len(settings))
+        assert (folder / "tokens_per_length.png").stat().st_size < 40_000
