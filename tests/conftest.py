@@ -21,7 +21,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from helpers import shared_data_root  # noqa: E402 (imports the package: after TRITON_INTERPRET is set)
+from helpers import shared_data_root
 
 
 @pytest.fixture(autouse=True)

@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 
 from modeling_slstm.modeling_slstm import SLSTMForTokenClassification
+from run_scripts.benchmarks.speed_report import markdown_table
 from run_scripts.benchmarks.timed_models import VARIANTS, TimedModel, skip_reason, slstm_config
 from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
 from run_scripts.benchmarks.workloads import Workload, random_workload, real_workloads
-from run_scripts.benchmarks.speed_report import markdown_table
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 CONLL_LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]

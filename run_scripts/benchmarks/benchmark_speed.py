@@ -55,6 +55,7 @@ import torch
 
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from run_scripts import REPOSITORY_ROOT
+from run_scripts.benchmarks.flop_and_byte_counts import step_bytes, step_flops
 from run_scripts.benchmarks.machine_peaks import (
     apply_ceilings,
     apply_peaks,
@@ -66,7 +67,6 @@ from run_scripts.benchmarks.machine_peaks import (
     row_ceiling_dtypes,
     run_peaks,
 )
-from run_scripts.benchmarks.flop_and_byte_counts import step_bytes, step_flops
 from run_scripts.benchmarks.speed_report import (
     MACHINE_FIELDS,
     comparison_tables,

@@ -10,7 +10,6 @@ from torch import nn
 from modeling_slstm import cpu_matmul
 from run_scripts.benchmarks.timing import Timing, time_interleaved
 
-
 # Peak dense matmul FLOP/s per dtype (float32 without TF32, as PyTorch runs float32 matmuls by default) and memory
 # bandwidth, from NVIDIA's datasheets, keyed by a part of `torch.cuda.get_device_name()`; the longest matching key
 # counts ("NVIDIA H100 PCIe" is not an SXM H100). Devices not listed use the run's own measurements (`run_peaks`).

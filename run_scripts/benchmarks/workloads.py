@@ -10,6 +10,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from run_scripts.training import data, gpu_batching
 
+
 def length_grouped_batches(lengths: list[int], batch_size: int, seed: int) -> list[list[int]]:
     """The example indices of each batch of one epoch, `batch_size` examples of similar length each (transformers'
     `LengthGroupedSampler`, which `group_by_length` uses: random mega-batches, each sorted by length)."""

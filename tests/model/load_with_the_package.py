@@ -6,8 +6,9 @@ saved model and tokenizer load without `trust_remote_code`; prints the modules o
 
 import sys
 
-import modeling_slstm  # noqa: F401 (registers the Auto classes)
 from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+import modeling_slstm  # noqa: F401 (registers the Auto classes)
 
 tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
 model = AutoModelForTokenClassification.from_pretrained(sys.argv[1])

@@ -5,12 +5,16 @@ ones saved beside it.
     python -I -S load_without_the_package.py CHECKPOINT DATA_FILE MODULE_CACHE SITE_DIR...
 """
 
-import importlib.util, sys
+import importlib.util
+import sys
+
 checkpoint, data_file, module_cache, *site_dirs = sys.argv[1:]
 sys.path = [p for p in sys.path if p] + site_dirs  # stdlib (from -I -S) + bare site-packages, no .pth files
 import torch
+
 assert importlib.util.find_spec("modeling_slstm") is None, "modeling_slstm is importable: the test proves nothing"
 from transformers import AutoModelForTokenClassification, AutoTokenizer
+
 model = AutoModelForTokenClassification.from_pretrained(checkpoint, trust_remote_code=True).eval()
 assert "modeling_slstm" not in sys.modules
 code_file = sys.modules[type(model).__module__].__file__

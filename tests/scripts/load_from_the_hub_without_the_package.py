@@ -6,18 +6,26 @@ classes' module and name.
     python -I -S load_from_the_hub_without_the_package.py REPO_ID TEXT MODULE_CACHE SITE_DIR...
 """
 
-import hashlib, importlib.util, json, os, sys
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+
 repo_id, text, module_cache, *site_dirs = sys.argv[1:]
 sys.path = [p for p in sys.path if p] + site_dirs  # stdlib (from -I -S) + bare site-packages, no .pth files
 assert importlib.util.find_spec("modeling_slstm") is None, "modeling_slstm is importable: the test proves nothing"
 from huggingface_hub import snapshot_download
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
 folder = snapshot_download(repo_id)
 blobs = {}
 for root, _, names in os.walk(folder):
     for name in names:
-        data = open(os.path.join(root, name), "rb").read()
-        blobs[os.path.relpath(os.path.join(root, name), folder)] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        with open(os.path.join(root, name), "rb") as file:
+            data = file.read()
+        git_blob_id = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        blobs[os.path.relpath(os.path.join(root, name), folder)] = git_blob_id
 model = AutoModelForTokenClassification.from_pretrained(repo_id, trust_remote_code=True).eval()
 tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)
 assert "modeling_slstm" not in sys.modules
@@ -25,5 +33,15 @@ code_files = [sys.modules[type(item).__module__].__file__ for item in (model, to
 assert all(path.startswith(module_cache) for path in code_files), code_files
 tagger = pipeline("token-classification", model=model, tokenizer=tokenizer)
 ids = model(**tokenizer(text, return_tensors="pt")).logits.argmax(-1)[0].tolist()
-print("RESULT " + json.dumps({"blobs": blobs, "ids": ids, "entities": [e["entity"] for e in tagger(text)],
-                              "module": type(model).__module__, "tokenizer": type(tokenizer).__name__}))
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "blobs": blobs,
+            "ids": ids,
+            "entities": [e["entity"] for e in tagger(text)],
+            "module": type(model).__module__,
+            "tokenizer": type(tokenizer).__name__,
+        }
+    )
+)

@@ -6,8 +6,9 @@
 
 import sys
 
-import modeling_slstm  # noqa: F401 (registers the Auto classes, as a user of the installed package has them)
 from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+import modeling_slstm  # noqa: F401 (registers the Auto classes, as a user of the installed package has them)
 
 folder, repo_id = sys.argv[1:]
 AutoModelForTokenClassification.from_pretrained(folder).push_to_hub(repo_id)

@@ -28,6 +28,7 @@ TEXT = "the Mr Smith went in New York ."
 MODEL_PUSH = Path(__file__).parent / "push_with_the_model.py"
 FRESH_PROCESS = Path(__file__).parent / "load_from_the_hub_without_the_package.py"
 
+
 @pytest.fixture
 def hub(tmp_path):
     """The stand-in, serving while the test runs, and `env`: the environment of a process that talks to it (its own
