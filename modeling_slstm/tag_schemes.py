@@ -24,10 +24,12 @@ SCHEMES = ("IOB1", "IOB2", "BIOES")
 
 _SCHEME_ALIASES = {"IOB1": "IOB1", "IOB2": "IOB2", "BIO": "IOB2", "BIOES": "BIOES", "IOBES": "BIOES"}
 
-_ENTITY_PREFIXES = frozenset("BIES")
+ENTITY_PREFIXES = {"IOB1": "BI", "IOB2": "BI", "BIOES": "BIES"}
+"""The prefixes of each scheme's entity tags, in the order a label list numbers them (``B``, ``I``, ``E``, ``S``)."""
 
+_ENTITY_PREFIX_SET = frozenset(ENTITY_PREFIXES["BIOES"])
 # Prefixes each scheme may use; a tag outside its scheme's set cannot be decoded unambiguously.
-_SCHEME_PREFIXES = {"IOB1": frozenset("BIO"), "IOB2": frozenset("BIO"), "BIOES": frozenset("BIOES")}
+_SCHEME_PREFIXES = {scheme: frozenset(prefixes + "O") for scheme, prefixes in ENTITY_PREFIXES.items()}
 
 Span = tuple[str, int, int]
 """An entity span ``(type, start, end)`` over token positions, ``end`` exclusive."""
@@ -45,6 +47,15 @@ def normalize_scheme_name(name: str) -> str:
     return canonical
 
 
+def is_span_tag(tag: str) -> bool:
+    """Whether ``tag`` is ``"O"`` or ``"<B|I|E|S>-<non-empty type>"``: a tag that `split_tag` splits (POS tags such as
+    ``"NN"`` or ``"LABEL_0"`` are not)."""
+    if tag == "O":
+        return True
+    prefix, separator, entity_type = tag.partition("-") if isinstance(tag, str) else ("", "", "")
+    return bool(separator) and prefix in _ENTITY_PREFIX_SET and bool(entity_type)
+
+
 def split_tag(tag: str) -> tuple[str, str | None]:
     """Split a tag into its prefix and entity type: ``"B-PER"`` -> ``("B", "PER")``, ``"O"`` -> ``("O", None)``.
 
@@ -53,11 +64,11 @@ def split_tag(tag: str) -> tuple[str, str | None]:
     Raises:
         ValueError: if ``tag`` is neither ``"O"`` nor ``"<B|I|E|S>-<non-empty type>"``.
     """
+    if not is_span_tag(tag):
+        raise ValueError(f"malformed tag {tag!r}; expected 'O' or '<B|I|E|S>-<type>' such as 'B-PER'")
     if tag == "O":
         return "O", None
-    prefix, separator, entity_type = tag.partition("-") if isinstance(tag, str) else ("", "", "")
-    if not separator or prefix not in _ENTITY_PREFIXES or not entity_type:
-        raise ValueError(f"malformed tag {tag!r}; expected 'O' or '<B|I|E|S>-<type>' such as 'B-PER'")
+    prefix, _, entity_type = tag.partition("-")
     return prefix, entity_type
 
 
@@ -187,10 +198,10 @@ def label_set_scheme(labels: Iterable[str]) -> str | None:
         such labels undecodable (IOB1 vocabularies are otherwise indistinguishable from IOB2 ones: convert IOB1 data
         with `convert_tag_sequence` before training with constraints).
     """
-    try:
-        parsed = [split_tag(label) for label in labels]
-    except ValueError:
+    labels = list(labels)
+    if not all(is_span_tag(label) for label in labels):
         return None
+    parsed = [split_tag(label) for label in labels]
     prefixes_by_type: dict[str, set[str]] = {}
     for prefix, entity_type in parsed:
         if entity_type is not None:

@@ -119,24 +119,22 @@ SLSTM_POS = "hub_configs/slstm-pos.json"
 # The paper's classification setting; hub_configs/slstm-classification.json is the one chosen on dev (docs/results.md)
 SLSTM_CLASSIFIER = "hub_configs/slstm-classification-paper.json"
 SELECTED_CLASSIFIER = "hub_configs/slstm-classification.json"
-BASELINES = "hub_configs/baselines"
-WORDS_ONLY = "use_char_features=false"
+BILSTM_NER, BILSTM_POS = "hub_configs/baselines/bilstm1-ner-crf.json", "hub_configs/baselines/bilstm1-pos.json"
+BILSTM_CLASSIFIER = "hub_configs/baselines/bilstm1-classification.json"
+FEED_FORWARD_NER = "hub_configs/baselines/feed_forward1-ner-crf.json"
+FEED_FORWARD_POS = "hub_configs/baselines/feed_forward1-pos.json"
+FEED_FORWARD_CLASSIFIER = "hub_configs/baselines/feed_forward1-classification.json"
+WORDS = "use_char_features=false"
 CHARS = "use_char_features=true"
-# task -> (S-LSTM config, the baselines' config suffix, default input)
-CONFIGS = {
-    "ner": (SLSTM_NER, "ner-crf", CHARS),
-    "pos": (SLSTM_POS, "pos", CHARS),
-    "movie_review": (SLSTM_CLASSIFIER, "classification", WORDS_ONLY),
-    "apparel": (SLSTM_CLASSIFIER, "classification", WORDS_ONLY),
-}
-STEPS = (1, 3, 5, 7, 9, 11)
+NER_IN_IOB2 = ("--tag_scheme", "iob2")  # the fine-tuned MiniLM's entities in IOB2, as the data has them
+L2 = ("--l2_regularization", "0.001")
 
 
 @dataclass(frozen=True)
 class Run:
-    """One named run: the task, the model (`config` with `overrides`, or the pretrained encoder fine-tuned with a new
-    head), the word features of the frozen or fine-tuned encoder, extra training `flags`, the protocol, and for a
-    study point the factor it varies.
+    """One named run: the task, the model (`config` with `overrides`, its `--config_overrides`; or the pretrained
+    encoder fine-tuned with a new head), the word features of the frozen or fine-tuned encoder, extra training
+    `flags`, the protocol, and for a study point the factor it varies.
 
     `features`: "" (none), "frozen" or "finetuned" (`--feature_encoder`, trained with the rest at the usual
     fine-tuning learning rate). `pretrained_encoder`: the encoder of `--feature_encoder` fine-tuned alone with a new
@@ -146,7 +144,7 @@ class Run:
     name: str
     task: str
     config: str | None = None
-    overrides: tuple[str, ...] = ()
+    overrides: str = ""
     features: str = ""
     pretrained_encoder: bool = False
     flags: tuple[str, ...] = ()
@@ -157,14 +155,19 @@ class Run:
     def full_name(self) -> str:
         return self.name if self.protocol.group is None else f"{self.protocol.group}/{self.name}"
 
+    @property
+    def settings(self) -> dict[str, str]:
+        """The config settings of `overrides` by name: `{"num_steps": "7", ...}`."""
+        return dict(override.split("=", 1) for override in self.overrides.split(",") if override)
+
     def model_arguments(self, feature_encoder: str) -> list[str]:
         if self.pretrained_encoder:
             from run_scripts.training.feature_encoder import resolve_feature_encoder
 
             return ["--model_name_or_path", resolve_feature_encoder(feature_encoder), "--num_train_epochs", "3",
                     "--per_device_train_batch_size", "32", "--learning_rate", "5e-5"]  # fmt: skip
-        overrides = self.overrides + (("feature_encoder_trainable_layers=-1",) if self.features == "finetuned" else ())
-        arguments = ["--config_name", self.config, "--config_overrides", ",".join(overrides)]
+        overrides = self.overrides + (",feature_encoder_trainable_layers=-1" if self.features == "finetuned" else "")
+        arguments = ["--config_name", self.config, "--config_overrides", overrides]
         if self.features:
             arguments += ["--feature_encoder", feature_encoder]
         if self.features == "finetuned":
@@ -172,153 +175,147 @@ class Run:
         return arguments
 
 
-def paper_run(name: str, task: str, model: str = "slstm", inputs: str = "", **settings) -> Run:
-    """A paper-protocol run of the S-LSTM, the 1-layer BiLSTM or the feed-forward baseline of `task`'s configs, with
-    `inputs` (default: characters for CoNLL, words only for classification)."""
-    slstm, baseline, default_inputs = CONFIGS[task]
-    baselines = {
-        "bilstm": f"{BASELINES}/bilstm1-{baseline}.json",
-        "feed_forward": f"{BASELINES}/feed_forward1-{baseline}.json",
-    }
-    config = slstm if model == "slstm" else baselines.get(model, model)
-    return Run(name, task, config, (inputs or default_inputs,), **settings)
+# The runs of the paper's tables (Tables 3-5), S-LSTM and 1-layer BiLSTM: the default runs, in the order they run.
+PAPER_RUNS = [
+    Run("conll_ner_chars",              "ner",            SLSTM_NER,          CHARS),
+    Run("movie_review_chars",           "movie_review",   SLSTM_CLASSIFIER,   CHARS),
+    Run("conll_ner_words",              "ner",            SLSTM_NER,          WORDS),
+    Run("apparel_chars",                "apparel",        SLSTM_CLASSIFIER,   CHARS),
+    Run("conll_pos_chars",              "pos",            SLSTM_POS,          CHARS),
+    Run("conll_pos_words",              "pos",            SLSTM_POS,          WORDS),
+    Run("bilstm_ner_chars",             "ner",            BILSTM_NER,         CHARS),
+    Run("bilstm_pos_chars",             "pos",            BILSTM_POS,         CHARS),
+    Run("bilstm_movie_review_chars",    "movie_review",   BILSTM_CLASSIFIER,  CHARS),
+    Run("movie_review_words",           "movie_review",   SLSTM_CLASSIFIER,   WORDS),
+    Run("apparel_words",                "apparel",        SLSTM_CLASSIFIER,   WORDS),
+    Run("bilstm_apparel_chars",         "apparel",        BILSTM_CLASSIFIER,  CHARS),
+    Run("bilstm_movie_review_words",    "movie_review",   BILSTM_CLASSIFIER,  WORDS),
+]  # fmt: skip
+
+# The paper's other baselines (2-layer BiLSTM, CNN, Transformer), and the classification comparison over seeds 42-46
+# with each encoder in the setting chosen on the movie-review dev set: the S-LSTM's config, and the BiLSTM's best
+# point (1200 units, 600 per direction).
+PAPER_BASELINE_AND_SELECTED_RUNS = [
+    Run("bilstm_apparel_words",             "apparel",      BILSTM_CLASSIFIER,  WORDS),
+    Run("bilstm2_ner_chars",                "ner",          "hub_configs/baselines/bilstm2-ner-crf.json", CHARS),
+    Run("bilstm2_pos_chars",                "pos",          "hub_configs/baselines/bilstm2-pos.json", CHARS),
+    Run("bilstm2_movie_review_words",       "movie_review", "hub_configs/baselines/bilstm2-classification.json", WORDS),
+    Run("cnn3_movie_review_words",          "movie_review", "hub_configs/baselines/cnn3-classification.json", WORDS),
+    Run("transformer5_movie_review_words",  "movie_review", "hub_configs/baselines/transformer5-classification.json",
+        WORDS),
+    Run("selected_movie_review",            "movie_review", SELECTED_CLASSIFIER, WORDS),
+    Run("selected_apparel",                 "apparel",      SELECTED_CLASSIFIER, WORDS),
+    Run("bilstm_selected_movie_review",     "movie_review", BILSTM_CLASSIFIER,  f"{WORDS},hidden_size=1200"),
+    Run("bilstm_selected_apparel",          "apparel",      BILSTM_CLASSIFIER,  f"{WORDS},hidden_size=1200"),
+]  # fmt: skip
+
+# Beyond the paper, with the paper's protocol: the same inputs plus the word features of a frozen or fine-tuned
+# all-MiniLM-L6-v2, and what most users would pick instead, the MiniLM fine-tuned alone with a new head (with the rest
+# of the usual learning-rate range on movie review, to choose that recipe on dev).
+ENCODER_FEATURE_RUNS = [
+    Run("features_movie_review",                    "movie_review", SLSTM_CLASSIFIER,         WORDS, "frozen"),
+    Run("bilstm_features_movie_review",             "movie_review", BILSTM_CLASSIFIER,        WORDS, "frozen"),
+    Run("feed_forward_features_movie_review",       "movie_review", FEED_FORWARD_CLASSIFIER,  WORDS, "frozen"),
+    Run("features_finetuned_movie_review",          "movie_review", SLSTM_CLASSIFIER,         WORDS, "finetuned"),
+    Run("bilstm_features_finetuned_movie_review",   "movie_review", BILSTM_CLASSIFIER,        WORDS, "finetuned"),
+    Run("finetuned_minilm_movie_review",            "movie_review", pretrained_encoder=True),
+    Run("features_apparel",                         "apparel",      SLSTM_CLASSIFIER,         WORDS, "frozen"),
+    Run("bilstm_features_apparel",                  "apparel",      BILSTM_CLASSIFIER,        WORDS, "frozen"),
+    Run("feed_forward_features_apparel",            "apparel",      FEED_FORWARD_CLASSIFIER,  WORDS, "frozen"),
+    Run("features_finetuned_apparel",               "apparel",      SLSTM_CLASSIFIER,         WORDS, "finetuned"),
+    Run("bilstm_features_finetuned_apparel",        "apparel",      BILSTM_CLASSIFIER,        WORDS, "finetuned"),
+    Run("finetuned_minilm_apparel",                 "apparel",      pretrained_encoder=True),
+    Run("features_conll_ner",                       "ner",          SLSTM_NER,                CHARS, "frozen"),
+    Run("bilstm_features_conll_ner",                "ner",          BILSTM_NER,               CHARS, "frozen"),
+    Run("feed_forward_features_conll_ner",          "ner",          FEED_FORWARD_NER,         CHARS, "frozen"),
+    Run("features_finetuned_conll_ner",             "ner",          SLSTM_NER,                CHARS, "finetuned"),
+    Run("bilstm_features_finetuned_conll_ner",      "ner",          BILSTM_NER,               CHARS, "finetuned"),
+    Run("finetuned_minilm_conll_ner",               "ner",          pretrained_encoder=True,  flags=NER_IN_IOB2),
+    Run("features_conll_pos",                       "pos",          SLSTM_POS,                CHARS, "frozen"),
+    Run("bilstm_features_conll_pos",                "pos",          BILSTM_POS,               CHARS, "frozen"),
+    Run("feed_forward_features_conll_pos",          "pos",          FEED_FORWARD_POS,         CHARS, "frozen"),
+    Run("features_finetuned_conll_pos",             "pos",          SLSTM_POS,                CHARS, "finetuned"),
+    Run("bilstm_features_finetuned_conll_pos",      "pos",          BILSTM_POS,               CHARS, "finetuned"),
+    Run("finetuned_minilm_conll_pos",               "pos",          pretrained_encoder=True),
+    Run("finetuned_minilm_movie_review_lr3e-5",     "movie_review", pretrained_encoder=True,
+        flags=("--learning_rate", "3e-5")),
+    Run("finetuned_minilm_movie_review_lr2e-5",     "movie_review", pretrained_encoder=True,
+        flags=("--learning_rate", "2e-5")),
+]  # fmt: skip
 
 
-def paper_runs() -> list[Run]:
-    """The paper runs, the default thirteen first in the order they run."""
-    runs = [
-        paper_run("conll_ner_chars", "ner"),
-        paper_run("movie_review_chars", "movie_review", inputs=CHARS),
-        paper_run("conll_ner_words", "ner", inputs=WORDS_ONLY),
-        paper_run("apparel_chars", "apparel", inputs=CHARS),
-        paper_run("conll_pos_chars", "pos"),
-        paper_run("conll_pos_words", "pos", inputs=WORDS_ONLY),
-        paper_run("bilstm_ner_chars", "ner", "bilstm"),
-        paper_run("bilstm_pos_chars", "pos", "bilstm"),
-        paper_run("bilstm_movie_review_chars", "movie_review", "bilstm", CHARS),
-        paper_run("movie_review_words", "movie_review"),
-        paper_run("apparel_words", "apparel"),
-        paper_run("bilstm_apparel_chars", "apparel", "bilstm", CHARS),
-        paper_run("bilstm_movie_review_words", "movie_review", "bilstm"),
-        paper_run("bilstm_apparel_words", "apparel", "bilstm"),
-        # The other baselines of the paper's tables: 2-layer BiLSTM, CNN, Transformer
-        paper_run("bilstm2_ner_chars", "ner", f"{BASELINES}/bilstm2-ner-crf.json", CHARS),
-        paper_run("bilstm2_pos_chars", "pos", f"{BASELINES}/bilstm2-pos.json", CHARS),
-        paper_run("bilstm2_movie_review_words", "movie_review", f"{BASELINES}/bilstm2-classification.json"),
-        paper_run("cnn3_movie_review_words", "movie_review", f"{BASELINES}/cnn3-classification.json"),
-        paper_run("transformer5_movie_review_words", "movie_review", f"{BASELINES}/transformer5-classification.json"),
-        # The classification comparison over seeds 42-46, each encoder in the setting chosen on the movie-review dev
-        # set: the S-LSTM's config, and the BiLSTM's best point (1200 units, 600 per direction).
-        paper_run("selected_movie_review", "movie_review", SELECTED_CLASSIFIER),
-        paper_run("selected_apparel", "apparel", SELECTED_CLASSIFIER),
-        paper_run("bilstm_selected_movie_review", "movie_review", "bilstm", f"{WORDS_ONLY},hidden_size=1200"),
-        paper_run("bilstm_selected_apparel", "apparel", "bilstm", f"{WORDS_ONLY},hidden_size=1200"),
-    ]
-    minilm_flags = {"ner": ("--tag_scheme", "iob2")}
-    # Beyond the paper: the same inputs plus the word features of a frozen or fine-tuned all-MiniLM-L6-v2
-    for task, suffix in {
-        "movie_review": "movie_review",
-        "apparel": "apparel",
-        "ner": "conll_ner",
-        "pos": "conll_pos",
-    }.items():
-        runs += [
-            paper_run(f"features_{suffix}", task, features="frozen"),
-            paper_run(f"bilstm_features_{suffix}", task, "bilstm", features="frozen"),
-            paper_run(f"feed_forward_features_{suffix}", task, "feed_forward", features="frozen"),
-            paper_run(f"features_finetuned_{suffix}", task, features="finetuned"),
-            paper_run(f"bilstm_features_finetuned_{suffix}", task, "bilstm", features="finetuned"),
-            # What most users would pick instead: the MiniLM fine-tuned alone with a new head (entities in IOB2, as
-            # the data has them)
-            Run(f"finetuned_minilm_{suffix}", task, pretrained_encoder=True, flags=minilm_flags.get(task, ())),
-        ]
-    # The rest of the usual learning-rate range, to choose the fine-tuning recipe on dev
-    runs += [
-        Run(f"finetuned_minilm_movie_review_lr{rate}", "movie_review", pretrained_encoder=True,
-            flags=("--learning_rate", rate))
-        for rate in ("3e-5", "2e-5")
-    ]  # fmt: skip
-    return runs
-
-
-DEFAULT_RUNS = [run.name for run in paper_runs()[:13]]
-
-
-def study_point(name: str, factor: str, overrides: tuple[str, ...] = (), flags: tuple[str, ...] = (),
-                bilstm: bool = False) -> Run:  # fmt: skip
+def study_point(name: str, factor: str, overrides: str = "", flags: tuple[str, ...] = (),
+                config: str = SLSTM_CLASSIFIER) -> Run:  # fmt: skip
     """A point of the classification dev study: `overrides` and `flags` on top of the reference (words only)."""
-    config = f"{BASELINES}/bilstm1-classification.json" if bilstm else SLSTM_CLASSIFIER
-    return Run(name, "movie_review", config, (WORDS_ONLY, *overrides), flags=flags, protocol=CLASSIFICATION_STUDY,
-               factor=factor)  # fmt: skip
+    return Run(name, "movie_review", config, ",".join(filter(None, (WORDS, overrides))), flags=flags,
+               protocol=CLASSIFICATION_STUDY, factor=factor)  # fmt: skip
 
 
-def classification_study() -> list[Run]:
-    """The study's points in the order they run: the reference and the BiLSTM, one change of each kind, the steps
-    curves. Each S-LSTM point changes one thing of the reference `paper` (9 steps, window 1, one sentence node,
-    learned initial state, attention pooling, embedding dropout 0.5, no L2); the `bilstm` points select the 1-layer
-    BiLSTM baseline's dropout, size and pooling the same way."""
-    l2 = ("--l2_regularization", "0.001")
-    points = [
-        study_point("paper", "reference"),
-        # The 1-layer BiLSTM baseline's reference on the same dev set: what the S-LSTM points are compared with.
-        study_point("bilstm", "BiLSTM", bilstm=True),
-        study_point("initial_state=input", "initial state", ("initial_state=input",)),
-        study_point("l2=0.001", "L2", flags=l2),
-        study_point("pooling=sentence", "pooling", ("classifier_pooling=sentence",)),
-        study_point("pooling=mean", "pooling", ("classifier_pooling=mean",)),
-        *steps_curve("learned"),
-        # The embedding dropout of both encoders, the BiLSTM's size and pooling: the paper tuned its baselines too, so
-        # the BiLSTM gets a budget like the S-LSTM's, one change at a time from its reference (600 units).
-        *[study_point(f"dropout={rate}", "dropout", (f"embedding_dropout={rate}",)) for rate in (0.3, 0.7)],
-        *[
-            study_point(name, "BiLSTM", (override,), bilstm=True)
-            for name, override in (
-                ("bilstm,dropout=0.3", "embedding_dropout=0.3"),
-                ("bilstm,dropout=0.7", "embedding_dropout=0.7"),
-                ("bilstm,hidden=300", "hidden_size=300"),
-                ("bilstm,hidden=1200", "hidden_size=1200"),
-                ("bilstm,pooling=mean", "classifier_pooling=mean"),  # as pooling=mean for the S-LSTM
-            )
-        ],
-        # Whether the two changes that beat the reference on dev (each by 3-4 sentences of 1066) add up.
-        study_point("pooling=mean,steps=7", "combined", ("classifier_pooling=mean", "num_steps=7")),
-        *[study_point(f"hidden={size}", "hidden size", (f"hidden_size={size}",)) for size in (100, 200)],
-        *[study_point(f"sentence_nodes={k}", "sentence nodes", (f"num_sentence_nodes={k}",)) for k in (0, 2)],
-        # Last, as each half alone lost to the reference: the input initial state over the steps, and with L2.
-        *steps_curve("input"),
-        study_point("initial_state=input,l2=0.001", "initial state + L2", ("initial_state=input",), l2),
-        # The rest of the paper's Table 2: the window, and the two weighted-sum simplifications (Levy et al.)
-        *[study_point(f"window={size}", "window", (f"window_size={size}",)) for size in (2, 3)],
-        study_point("context_independent_content", "simplification", ("context_independent_content=true",)),
-        study_point("no_output_gate", "simplification", ("remove_output_gate=true",)),
-    ]
-    return points
+# The classification dev study in the order it runs. Each S-LSTM point changes one thing of the reference `paper` (9
+# steps, window 1, one sentence node, learned initial state, attention pooling, embedding dropout 0.5, no L2); the
+# `bilstm` points select the 1-layer BiLSTM baseline's dropout, size and pooling the same way: the paper tuned its
+# baselines too, so the BiLSTM gets a budget like the S-LSTM's, one change at a time from its reference (600 units).
+# `pooling=mean,steps=7` asks whether the two changes that beat the reference on dev add up; the input initial state
+# comes last, as each half alone lost to the reference; then the rest of the paper's Table 2: the window, and the two
+# weighted-sum simplifications (Levy et al.).
+CLASSIFICATION_STUDY_RUNS = [
+    study_point("paper",                            "reference"),
+    study_point("bilstm",                           "BiLSTM",           config=BILSTM_CLASSIFIER),
+    study_point("initial_state=input",              "initial state",    "initial_state=input"),
+    study_point("l2=0.001",                         "L2",               flags=L2),
+    study_point("pooling=sentence",                 "pooling",          "classifier_pooling=sentence"),
+    study_point("pooling=mean",                     "pooling",          "classifier_pooling=mean"),
+    study_point("steps=1,initial_state=learned",    "steps",            "num_steps=1,initial_state=learned"),
+    study_point("steps=3,initial_state=learned",    "steps",            "num_steps=3,initial_state=learned"),
+    study_point("steps=5,initial_state=learned",    "steps",            "num_steps=5,initial_state=learned"),
+    study_point("steps=7,initial_state=learned",    "steps",            "num_steps=7,initial_state=learned"),
+    study_point("steps=11,initial_state=learned",   "steps",            "num_steps=11,initial_state=learned"),
+    study_point("dropout=0.3",                      "dropout",          "embedding_dropout=0.3"),
+    study_point("dropout=0.7",                      "dropout",          "embedding_dropout=0.7"),
+    study_point("bilstm,dropout=0.3",               "BiLSTM",           "embedding_dropout=0.3", config=BILSTM_CLASSIFIER),
+    study_point("bilstm,dropout=0.7",               "BiLSTM",           "embedding_dropout=0.7", config=BILSTM_CLASSIFIER),
+    study_point("bilstm,hidden=300",                "BiLSTM",           "hidden_size=300", config=BILSTM_CLASSIFIER),
+    study_point("bilstm,hidden=1200",               "BiLSTM",           "hidden_size=1200", config=BILSTM_CLASSIFIER),
+    study_point("bilstm,pooling=mean",              "BiLSTM",           "classifier_pooling=mean",
+                config=BILSTM_CLASSIFIER),
+    study_point("pooling=mean,steps=7",             "combined",         "classifier_pooling=mean,num_steps=7"),
+    study_point("hidden=100",                       "hidden size",      "hidden_size=100"),
+    study_point("hidden=200",                       "hidden size",      "hidden_size=200"),
+    study_point("sentence_nodes=0",                 "sentence nodes",   "num_sentence_nodes=0"),
+    study_point("sentence_nodes=2",                 "sentence nodes",   "num_sentence_nodes=2"),
+    study_point("steps=1,initial_state=input",      "steps",            "num_steps=1,initial_state=input"),
+    study_point("steps=3,initial_state=input",      "steps",            "num_steps=3,initial_state=input"),
+    study_point("steps=5,initial_state=input",      "steps",            "num_steps=5,initial_state=input"),
+    study_point("steps=7,initial_state=input",      "steps",            "num_steps=7,initial_state=input"),
+    study_point("steps=11,initial_state=input",     "steps",            "num_steps=11,initial_state=input"),
+    study_point("initial_state=input,l2=0.001",     "initial state + L2", "initial_state=input", L2),
+    study_point("window=2",                         "window",           "window_size=2"),
+    study_point("window=3",                         "window",           "window_size=3"),
+    study_point("context_independent_content",      "simplification",   "context_independent_content=true"),
+    study_point("no_output_gate",                   "simplification",   "remove_output_gate=true"),
+]  # fmt: skip
+
+DEFAULT_RUNS = [run.name for run in PAPER_RUNS]
+ALL_RUNS = {
+    run.full_name: run
+    for run in PAPER_RUNS + PAPER_BASELINE_AND_SELECTED_RUNS + ENCODER_FEATURE_RUNS + CLASSIFICATION_STUDY_RUNS
+}
+GROUPS = {"classification_study": CLASSIFICATION_STUDY_RUNS}
+# The steps plot's x axis, and the reference's steps and initial state (hub_configs/slstm-classification-paper.json)
+STEPS = (1, 3, 5, 7, 9, 11)
+REFERENCE_STEPS = {"num_steps": "9", "initial_state": "learned"}
 
 
-def steps_curve(initial_state: str) -> list[Run]:
-    """The points of one line of the steps plot (9 steps is already a point: `paper` or `initial_state=input`)."""
-    return [
-        study_point(f"steps={steps},initial_state={initial_state}", "steps",
-                    (f"num_steps={steps}", f"initial_state={initial_state}"))
-        for steps in STEPS
-        if steps != 9
-    ]  # fmt: skip
-
-
-def steps_of(run: Run) -> tuple[int, str] | None:
-    """`(steps, initial state)` of a study point on a steps curve (the reference is on the learned one)."""
-    if run.name == "paper":
-        return 9, "learned"
-    if run.name == "initial_state=input":
-        return 9, "input"
-    if run.factor != "steps":
+def steps_curve_point(run: Run) -> tuple[int, str] | None:
+    """`(steps, initial state)` of a study point of the S-LSTM that differs from the reference `paper` in these two
+    settings at most (the reference itself: 9 steps on the learned curve); None for every other run."""
+    settings = {key: value for key, value in run.settings.items() if key != "use_char_features"}
+    if run.protocol is not CLASSIFICATION_STUDY or run.config != SLSTM_CLASSIFIER or run.flags:
         return None
-    settings = dict(override.split("=") for override in run.overrides[1:])
-    return int(settings["num_steps"]), settings["initial_state"]
-
-
-ALL_RUNS = {run.full_name: run for run in paper_runs() + classification_study()}
-GROUPS = {"classification_study": [run for run in ALL_RUNS.values() if run.protocol is CLASSIFICATION_STUDY]}
+    if not set(settings) <= set(REFERENCE_STEPS):
+        return None
+    point = {**REFERENCE_STEPS, **settings}
+    return int(point["num_steps"]), point["initial_state"]
 
 
 @dataclass
@@ -328,7 +325,7 @@ class DriverArguments:
     runs: list[str] = field(
         default_factory=lambda: list(DEFAULT_RUNS),
         metadata={"help": "run names (see docs/results.md), `classification_study/<point>`, or `classification_study` "
-                  f"for every point; the paper runs: {', '.join(run.name for run in paper_runs())}"},
+                  f"for every point; the others: {', '.join(name for name in ALL_RUNS if '/' not in name)}"},
     )  # fmt: skip
     seeds: list[int] = field(default_factory=lambda: [42], metadata={"help": "training seeds of every run"})
     runs_dir: str = field(default="../runs", metadata={"help": "outputs and logs of the runs"})
@@ -479,7 +476,7 @@ def write_reports(args: DriverArguments) -> None:
         for run in runs:
             row, devs = table_row(args, run)
             lines.append(row)
-            if (on_curve := steps_of(run)) and run.protocol is CLASSIFICATION_STUDY and devs:
+            if (on_curve := steps_curve_point(run)) and devs:
                 curves.setdefault(on_curve[1], {})[on_curve[0]] = devs
         (out / f"{name}.md").write_text("\n".join(lines) + "\n")
         if curves:

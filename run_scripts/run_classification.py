@@ -29,13 +29,13 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 from sklearn.metrics import accuracy_score, f1_score
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, set_seed
 
 from run_scripts.training import data, gpu_batching
 from run_scripts.training.arguments import DataArguments, parse_training_arguments
 from run_scripts.training.checkpoints import resume_checkpoint
+from run_scripts.training.evaluation import predicted_ids
 from run_scripts.training.logging_setup import setup_logging
 from run_scripts.training.model_setup import build_fresh_model, load_checkpoint, load_fresh_config, uses_char_features
 from run_scripts.training.threads import apply_thread_setting
@@ -68,13 +68,6 @@ def classification_metrics(gold: list[str], predicted: list[str]) -> dict:
         "accuracy": float(accuracy_score(gold, predicted)),
         "macro_f1": float(f1_score(gold, predicted, average="macro", zero_division=0)),
     }
-
-
-def predicted_ids(logits) -> np.ndarray:
-    """The predicted class of each example from the model's logits `(examples, classes)` (the first of a tuple)."""
-    if isinstance(logits, tuple):
-        logits = logits[0]
-    return logits.argmax(-1) if logits.ndim == 2 else logits
 
 
 def main():
@@ -123,10 +116,7 @@ def main():
     logger.info(f"{len(label_list)} labels: {label_list}; sizes: { {s: len(e) for s, e in splits.items()} }")
 
     # Preprocessing: every label known to the model, words to token ids.
-    check_splits = dict(splits)
-    if model_args.model_name_or_path and "train" in splits:
-        check_splits["validation"] = splits["train"] + splits.get("validation", [])
-    data.check_labels_known(check_splits, label_list, "label", sequence=False)
+    data.check_labels_known(splits, label_list, "label", sequence=False, checkpoint=model_args.model_name_or_path)
     label2id = {label: index for index, label in enumerate(label_list)}
 
     def tokenize(examples):
@@ -135,11 +125,11 @@ def main():
 
     processed = data.tokenize_splits(splits, tokenize, training_args, uses_char_features(model.config))
     for split, dataset in processed.items():
-        warn_if_truncated(split, splits[split], dataset, max_length)
+        data.warn_if_truncated(split, (len(e["text"].split()) for e in splits[split]), dataset, max_length)
 
     def compute_metrics(eval_prediction):
         gold = [label_list[int(index)] for index in eval_prediction.label_ids]
-        predicted = [label_list[int(index)] for index in predicted_ids(eval_prediction.predictions)]
+        predicted = [label_list[int(index)] for index in eval_prediction.predictions]  # ids: `predicted_ids`
         return classification_metrics(gold, predicted)
 
     source = data_args.rt_polarity_dir or data_args.dataset_name or data_args.train_file
@@ -151,6 +141,7 @@ def main():
         processing_class=tokenizer,
         data_collator=gpu_batching.data_collator(DataCollatorWithPadding, tokenizer, training_args),
         compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=predicted_ids,
         model_card={
             "pipeline_tag": "text-classification",
             "auto_class": "AutoModelForSequenceClassification",
@@ -182,7 +173,7 @@ def main():
             write_predictions(
                 Path(training_args.output_dir),
                 splits["test"],
-                [label_list[int(index)] for index in predicted_ids(output.predictions)],
+                [label_list[int(index)] for index in output.predictions],
             )
 
     # Model card, and the upload with --push_to_hub.
@@ -191,15 +182,6 @@ def main():
     else:
         trainer.create_model_card()
     trainer.end()
-
-
-def warn_if_truncated(split: str, examples: list[dict], tokenized, max_length: int) -> None:
-    truncated = data.count_truncated((len(e["text"].split()) for e in examples), map(len, tokenized["input_ids"]))
-    if truncated:
-        logger.warning(
-            f"{split}: {truncated} example(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
-            "included) or than the feature encoder's subword limit are truncated"
-        )
 
 
 def write_predictions(output_dir: Path, test_examples: list[dict], predicted_labels: list[str]) -> None:

@@ -39,27 +39,28 @@ from seqeval.metrics import classification_report
 from seqeval.scheme import IOB2
 from transformers import AutoConfig, AutoModelForTokenClassification, DataCollatorForTokenClassification, set_seed
 
-from modeling_slstm.modeling_slstm import are_placeholders
-from modeling_slstm.tag_schemes import (
-    convert_tag_sequence,
-    detect_tag_scheme,
-    label_set_scheme,
-    normalize_scheme_name,
-    split_tag,
-)
 from run_scripts.training import data, gpu_batching
 from run_scripts.training.arguments import DataArguments, parse_training_arguments
 from run_scripts.training.checkpoints import resume_checkpoint
+from run_scripts.training.evaluation import predicted_ids
 from run_scripts.training.logging_setup import setup_logging
 from run_scripts.training.model_setup import build_fresh_model, load_checkpoint, load_fresh_config, uses_char_features
+from run_scripts.training.tag_scheme_decisions import decide_tag_schemes, fresh_label_list, in_scheme
 from run_scripts.training.threads import apply_thread_setting
 from run_scripts.training.trainer import SLSTMTrainer
 
 logger = logging.getLogger("run_ner")
 
 TEST_PREDICTIONS_FILE = "test_predictions.txt"
-# The prefixes of each span scheme's entity tags, in the order labels are numbered.
-SPAN_PREFIXES = {"IOB1": "BI", "IOB2": "BI", "BIOES": "BIES"}
+USAGE = """```python
+from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
+model = AutoModelForTokenClassification.from_pretrained("REPO_ID", trust_remote_code=True)
+tokenizer = AutoTokenizer.from_pretrained("REPO_ID", trust_remote_code=True)
+tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple",
+                  trust_remote_code=True)
+print(tagger("EU rejects German call to boycott British lamb ."))
+```"""
 
 
 @dataclass
@@ -92,83 +93,6 @@ class NERDataArguments(DataArguments):
             "--label_column_name does the same."
         },
     )
-
-
-def is_span_labels(tag_sequences) -> bool:
-    try:
-        for tags in tag_sequences:
-            for tag in tags:
-                split_tag(tag)
-    except ValueError:
-        return False
-    return True
-
-
-def ordered_labels(labels) -> list[str]:
-    """`O` first, then by entity type and prefix (B, I, E, S); plain labels (POS) sorted."""
-    prefix_order = {prefix: index for index, prefix in enumerate(SPAN_PREFIXES["BIOES"])}
-    labels = set(labels)
-    try:
-        parsed = {label: split_tag(label) for label in labels}
-    except ValueError:
-        return sorted(labels)
-    return sorted(labels, key=lambda l: (l != "O", parsed[l][1] or "", prefix_order.get(parsed[l][0], -1)))
-
-
-@dataclass(frozen=True)
-class TagSchemes:
-    """The span schemes of a run (`IOB1`, `IOB2`, `BIOES`), decided once by `decide_tag_schemes`; all `None` for tags
-    that are not spans (POS).
-
-    Args:
-        data (`str`): the scheme of the data files, in which `predictions.txt` is written.
-        labels (`str`): the scheme of the model's labels (`id2label`), which the data is converted to. A fresh
-            model trained in BIOES keeps IOB2 labels, which `pipeline("token-classification")` groups correctly.
-        head (`str`): the scheme the head trains and decodes in: BIOES for a `head_tag_scheme="BIOES"` head (IOB2
-            labels), else `labels`.
-    """
-
-    data: str | None = None
-    labels: str | None = None
-    head: str | None = None
-
-    @property
-    def span_task(self) -> bool:
-        return self.data is not None
-
-
-def decide_tag_schemes(splits: dict, data_args, checkpoint_config) -> TagSchemes:
-    """The run's `TagSchemes`, from the data, --data_tag_scheme, --tag_scheme and, when continuing from a
-    checkpoint with labels (`checkpoint_config`), the checkpoint's labels and head: a --tag_scheme that differs from
-    them is an error rather than data the model's labels cannot hold."""
-    span_task = is_span_labels(example["tags"] for split in splits.values() for example in split)
-    if not span_task:
-        if data_args.tag_scheme:
-            raise ValueError(f"--tag_scheme {data_args.tag_scheme} given but the labels are not span tags (e.g. POS)")
-        return TagSchemes()
-    if data_args.data_tag_scheme:
-        data_scheme = normalize_scheme_name(data_args.data_tag_scheme)
-    else:
-        reference = splits["train"] if "train" in splits else next(iter(splits.values()))
-        data_scheme = detect_tag_scheme(example["tags"] for example in reference)
-    requested = normalize_scheme_name(data_args.tag_scheme) if data_args.tag_scheme else None
-    if checkpoint_config is None:
-        # IOB1 label sets look like IOB2 ones, so the CRF's IOB2 constraints would forbid IOB1's entity-opening I-
-        # tags: train in IOB2 (predictions.txt is converted back to IOB1).
-        head = requested or ("IOB2" if data_scheme == "IOB1" else data_scheme)
-        return TagSchemes(data_scheme, "IOB2" if head == "BIOES" else head, head)
-    labels = [checkpoint_config.id2label[index] for index in range(checkpoint_config.num_labels)]
-    if are_placeholders(tuple(labels)):  # a pretrained encoder: a new head for the data's labels
-        label_scheme = requested or "IOB2"
-        return TagSchemes(data_scheme, label_scheme, label_scheme)
-    label_scheme = label_set_scheme(labels) or data_scheme
-    head = "BIOES" if getattr(checkpoint_config, "head_tag_scheme", None) == "BIOES" else label_scheme
-    if requested is not None and requested != head:
-        raise ValueError(
-            f"--tag_scheme {requested} given, but {checkpoint_config.name_or_path} trains in {head}: leave "
-            "--tag_scheme out when continuing from a checkpoint, or train a fresh model"
-        )
-    return TagSchemes(data_scheme, label_scheme, head)
 
 
 def decode_tags(predictions: np.ndarray, label_ids: np.ndarray, label_list: list[str]):
@@ -206,13 +130,6 @@ def score_tags(gold: list[list[str]], predicted: list[list[str]], span_task: boo
     return metrics
 
 
-def argmax_logits(logits, labels):
-    """Keeps only the predicted ids during evaluation (CRF logits are max-marginals: argmax is the Viterbi path)."""
-    if isinstance(logits, tuple):
-        logits = logits[0]
-    return logits.argmax(-1)
-
-
 def main():
     # Arguments, logging, seed.
     model_args, data_args, training_args, training_recipe = parse_training_arguments(NERDataArguments)
@@ -222,8 +139,16 @@ def main():
         logger.info(training_recipe.describe())
     set_seed(training_args.seed)
 
-    # Data: sentences as words and tags, by split, and the tag schemes of the data, the labels and the head.
-    splits = data.truncate_splits(load_splits(data_args), data_args)
+    # Data: sentences as words and tags, by split (an integer --label_column_name is a CoNLL column), and the tag
+    # schemes of the data, the labels and the head.
+    label_column = data_args.conll_label_column
+    if data_args.label_column_name and data_args.label_column_name.lstrip("-").isdigit():
+        label_column = int(data_args.label_column_name)
+
+    def read_conll(path):
+        return data.read_conll(path, data_args.conll_token_column, label_column)
+
+    splits = data.truncate_splits(data.load_splits(data_args, "token", read_conll), data_args)
     if training_args.do_train and "train" not in splits:
         raise ValueError("--do_train needs --train_file or --dataset_name with a train split")
     checkpoint_config = None
@@ -267,10 +192,7 @@ def main():
         split: [{"tokens": e["tokens"], "tags": in_scheme(e["tags"], schemes.data, schemes.labels)} for e in examples]
         for split, examples in splits.items()
     }
-    check_splits = dict(converted)
-    if model_args.model_name_or_path and "train" in converted:
-        check_splits["validation"] = converted["train"] + converted.get("validation", [])
-    data.check_labels_known(check_splits, label_list, "tags", sequence=True)
+    data.check_labels_known(converted, label_list, "tags", sequence=True, checkpoint=model_args.model_name_or_path)
     label2id = {label: index for index, label in enumerate(label_list)}
 
     def tokenize(examples):
@@ -279,10 +201,14 @@ def main():
 
     processed = data.tokenize_splits(converted, tokenize, training_args, uses_char_features(model.config))
     for split, examples in converted.items():
-        warn_if_truncated(split, examples, processed[split], max_length)
+        data.warn_if_truncated(
+            split, (len(e["tokens"]) for e in examples), processed[split], max_length,
+            "the test predictions give their remaining words 'O' (scored as missed in the test metrics), validation "
+            "scores only the kept words",
+        )  # fmt: skip
 
+    # Metrics: on the tags' scored form, IOB2 for span tags (as test_predictions.txt holds them), else unchanged.
     def scored_form(tag_sequences):
-        """Tags as they are scored and written: IOB2 for span tags, else unchanged."""
         return [in_scheme(tags, schemes.labels, "IOB2") for tags in tag_sequences]
 
     def compute_metrics(eval_prediction):
@@ -296,6 +222,10 @@ def main():
         )
 
     task_name = "named-entity recognition / chunking" if schemes.span_task else "token tagging (e.g. POS)"
+    sizes = ", ".join(f"{split} {len(examples):,} sentences" for split, examples in splits.items())
+    source = data_args.dataset_name or ", ".join(
+        str(p) for p in (data_args.train_file, data_args.validation_file, data_args.test_file) if p
+    )
     trainer = SLSTMTrainer(
         model=model,
         args=training_args,
@@ -304,14 +234,14 @@ def main():
         processing_class=tokenizer,
         data_collator=gpu_batching.data_collator(DataCollatorForTokenClassification, tokenizer, training_args),
         compute_metrics=compute_metrics,
-        preprocess_logits_for_metrics=argmax_logits,
+        preprocess_logits_for_metrics=predicted_ids,
         model_card={
             "pipeline_tag": "token-classification",
             "auto_class": "AutoModelForTokenClassification",
             "task_description": f"{task_name}, {schemes.labels} labels, trained in {schemes.head}"
             if schemes.span_task
             else task_name,
-            "training_data": describe_data(data_args, splits),
+            "training_data": f"{source} ({sizes})",
             "usage_example": USAGE,
             "training_recipe": training_recipe.applied if training_recipe is not None else {},
         },
@@ -330,11 +260,37 @@ def main():
         eval_metrics = trainer.evaluate(processed["validation"], metric_key_prefix="eval")
         trainer.report_metrics("eval", eval_metrics, len(processed["validation"]))
 
-    # Prediction: the test metrics are those of the written sentences (all their words, see write_predictions).
+    # Predict: the test metrics are those of the written sentences, all their words.
+    def prediction_rows(predicted_tags) -> list[tuple]:
+        """`(tokens, gold, predicted)` per test sentence as `test_predictions.txt` holds them: span tags in IOB2
+        (gold from the data's scheme, predictions from the scheme of the labels), other tags as they are; the words
+        that truncation cut off are predicted `O`."""
+        rows = []
+        for example, predicted in zip(splits["test"], predicted_tags, strict=True):
+            predicted = predicted + ["O"] * (len(example["tokens"]) - len(predicted))
+            gold = in_scheme(example["tags"], schemes.data, "IOB2")
+            rows.append((example["tokens"], gold, in_scheme(predicted, schemes.labels, "IOB2")))
+        return rows
+
+    def write_predictions(output_dir: Path, sentences: list[tuple]):
+        """`sentences` (see `prediction_rows`) to `test_predictions.txt` and, in the data's own tag scheme, to
+        `predictions.txt`; one `token<TAB>gold<TAB>predicted` line per word, a blank line after each sentence."""
+        data.write_conll(output_dir / TEST_PREDICTIONS_FILE, sentences)
+        in_data_scheme = [
+            (tokens, example["tags"], in_scheme(predicted, "IOB2" if schemes.span_task else None, schemes.data))
+            for (tokens, _, predicted), example in zip(sentences, splits["test"], strict=True)
+        ]
+        data.write_conll(output_dir / "predictions.txt", in_data_scheme)
+        logger.info(
+            f"Wrote {output_dir / TEST_PREDICTIONS_FILE} (token, gold, predicted; "
+            f"{'IOB2 tags' if schemes.span_task else 'tags as in the data'}, the scored form) and "
+            f"{output_dir / 'predictions.txt'} (tags in the data's scheme {schemes.data})"
+        )
+
     if training_args.do_predict and "test" in processed:
         output = trainer.predict(processed["test"], metric_key_prefix="test")
         _, predicted_tags = decode_tags(output.predictions, output.label_ids, label_list)
-        sentences = prediction_rows(splits["test"], predicted_tags, schemes)
+        sentences = prediction_rows(predicted_tags)
         scores = score_tags(
             [gold for _, gold, _ in sentences],
             [predicted for _, _, predicted in sentences],
@@ -345,7 +301,7 @@ def main():
         output.metrics.update({f"test_{name}": value for name, value in scores.items()})
         trainer.report_metrics("test", output.metrics, len(processed["test"]))
         if trainer.is_world_process_zero():
-            write_predictions(Path(training_args.output_dir), sentences, splits["test"], schemes)
+            write_predictions(Path(training_args.output_dir), sentences)
 
     # Model card, and the upload with --push_to_hub.
     if training_args.push_to_hub:
@@ -353,99 +309,6 @@ def main():
     else:
         trainer.create_model_card()
     trainer.end()
-
-
-def load_splits(data_args) -> dict[str, list[dict]]:
-    """The splits as `{"tokens": [...], "tags": [...]}` sentences; an integer --label_column_name is a CoNLL column."""
-    label_column = data_args.conll_label_column
-    if data_args.label_column_name and data_args.label_column_name.lstrip("-").isdigit():
-        label_column = int(data_args.label_column_name)
-
-    def read_conll(path):
-        return data.read_conll(path, data_args.conll_token_column, label_column)
-
-    return data.load_splits(data_args, "token", read_conll)
-
-
-def fresh_label_list(splits: dict, include_eval_labels: bool, schemes: TagSchemes) -> list[str]:
-    """The labels of a new head in id order: those of the training data (all splits with --include_eval_labels)
-    in the scheme of the labels, completed to every prefix of each entity type for span tags."""
-    label_splits = splits.values() if include_eval_labels else [splits["train"]]
-    tags = [tag for split in label_splits for e in split for tag in in_scheme(e["tags"], schemes.data, schemes.labels)]
-    labels = ordered_labels(tags)
-    return complete_span_labels(labels, schemes.labels) if schemes.span_task else labels
-
-
-def warn_if_truncated(split: str, examples: list[dict], tokenized, max_length: int) -> None:
-    truncated = data.count_truncated((len(e["tokens"]) for e in examples), map(len, tokenized["input_ids"]))
-    if truncated:
-        logger.warning(
-            f"{split}: {truncated} sentence(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
-            "included) or than the feature encoder's subword limit are truncated; the test predictions give their "
-            "remaining words 'O' (scored as missed in the test metrics), validation scores only the kept words"
-        )
-
-
-def prediction_rows(test_examples: list[dict], predicted_tags, schemes: TagSchemes) -> list[tuple]:
-    """`(tokens, gold, predicted)` per test sentence as `test_predictions.txt` holds them: span tags in IOB2 (gold
-    from the data's scheme, predictions from the scheme of the labels), other tags as they are; the words that
-    truncation cut off are predicted `O`."""
-    rows = []
-    for example, predicted in zip(test_examples, predicted_tags, strict=True):
-        predicted = predicted + ["O"] * (len(example["tokens"]) - len(predicted))
-        gold = in_scheme(example["tags"], schemes.data, "IOB2")
-        rows.append((example["tokens"], gold, in_scheme(predicted, schemes.labels, "IOB2")))
-    return rows
-
-
-def write_predictions(output_dir: Path, sentences: list[tuple], test_examples: list[dict], schemes: TagSchemes):
-    """Writes `sentences` (see `prediction_rows`) to `test_predictions.txt` and, in the data's own tag scheme, to
-    `predictions.txt`; one `token<TAB>gold<TAB>predicted` line per word, a blank line after each sentence."""
-    data.write_conll(output_dir / TEST_PREDICTIONS_FILE, sentences)
-    in_data_scheme = [
-        (tokens, example["tags"], in_scheme(predicted, "IOB2" if schemes.span_task else None, schemes.data))
-        for (tokens, _, predicted), example in zip(sentences, test_examples, strict=True)
-    ]
-    data.write_conll(output_dir / "predictions.txt", in_data_scheme)
-    logger.info(
-        f"Wrote {output_dir / TEST_PREDICTIONS_FILE} (token, gold, predicted; "
-        f"{'IOB2 tags' if schemes.span_task else 'tags as in the data'}, the scored form) and "
-        f"{output_dir / 'predictions.txt'} (tags in the data's scheme {schemes.data})"
-    )
-
-
-USAGE = """```python
-from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
-
-model = AutoModelForTokenClassification.from_pretrained("REPO_ID", trust_remote_code=True)
-tokenizer = AutoTokenizer.from_pretrained("REPO_ID", trust_remote_code=True)
-tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple",
-                  trust_remote_code=True)
-print(tagger("EU rejects German call to boycott British lamb ."))
-```"""
-
-
-def complete_span_labels(labels, scheme) -> list[str]:
-    """Every prefix of the scheme for every entity type seen in training (a type's rare `I-`/`E-` tag may be missing
-    from a small training set yet appear in dev/test)."""
-    types = sorted({split_tag(label)[1] for label in labels if label != "O"})
-    prefixes = SPAN_PREFIXES[scheme]
-    return ["O"] + [f"{prefix}-{entity_type}" for entity_type in types for prefix in prefixes]
-
-
-def in_scheme(tags, source, target) -> list[str]:
-    """`tags` of span scheme `source` in scheme `target` (unchanged when either is `None`: tags that are not spans)."""
-    if source is None or target is None or source == target:
-        return list(tags)
-    return convert_tag_sequence(tags, source, target)
-
-
-def describe_data(data_args, splits) -> str:
-    sizes = ", ".join(f"{split} {len(examples):,} sentences" for split, examples in splits.items())
-    source = data_args.dataset_name or ", ".join(
-        str(p) for p in (data_args.train_file, data_args.validation_file, data_args.test_file) if p
-    )
-    return f"{source} ({sizes})"
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import shared_data_root
 
 
 @pytest.fixture(autouse=True)
@@ -40,10 +40,6 @@ def isolated_hf_caches(tmp_path_factory, monkeypatch) -> Path:
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     return home
-
-
-def shared_data_root() -> Path:
-    return Path(os.environ.get("SLSTM_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
 @pytest.fixture

@@ -1,4 +1,8 @@
-"""Tiny S-LSTM configs, models and batches shared by the model tests (imported as `helpers`)."""
+"""Tiny S-LSTM configs, models and batches shared by the tests (imported as `helpers`), and where the shared
+benchmark data lies."""
+
+import os
+from pathlib import Path
 
 import torch
 
@@ -8,6 +12,12 @@ from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_confi
 VOCAB_SIZE = 20
 PAD, BOS, EOS = 0, 2, 3  # the config defaults (the word tokenizer's fixed ids)
 BIO_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+REPO = Path(__file__).resolve().parent.parent
+
+
+def shared_data_root() -> Path:
+    """The shared benchmark data folder: `$SLSTM_SHARED_DATA`, else `shared/data` beside the repository."""
+    return Path(os.environ.get("SLSTM_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
 def tiny_config(**overrides) -> SLSTMConfig:
@@ -167,3 +177,19 @@ def tiny_bert_tokenizer(words: list[str]):
 
     vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
     return BertTokenizerFast(vocab={token: index for index, token in enumerate(vocabulary)})
+
+
+def markdown_rows(text: str) -> list[dict[str, str]]:
+    """The body rows of every Markdown table in `text`, each as `{column header: cell}` (cells stripped): tests read
+    a table by its columns, so a reworded title or a new column elsewhere does not break them."""
+    rows, header = [], None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            header = None
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif not all(set(cell) <= set("-: ") for cell in cells):
+            rows.append(dict(zip(header, cells, strict=True)))
+    return rows

@@ -19,10 +19,12 @@ OMP_NUM_THREADS or OMP_WAIT_POLICY in its environment. Thread settings (`--setti
 
 Printed: the CPU and its capability, then a markdown table of the median milliseconds per step over `--repeats`
 steps (after `--warmup` untimed ones; fewer, but at least 3, where a setting has taken `--max_seconds`), each with its
-ratio to `default` on the idle machine of the same run.
+ratio to `default` on the idle machine of the same run. With `--output_dir`, also `<name>.csv` (one row per machine
+state and setting) and `<name>.png` (the table as bars, `write_bar_plot`).
 """
 
 import contextlib
+import csv
 import json
 import os
 import random
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from transformers import DataCollatorForTokenClassification
@@ -39,10 +42,11 @@ from transformers import DataCollatorForTokenClassification
 from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.benchmark_training_throughput import trainer_optimizer
-from run_scripts.benchmarks.speed_measurement import machine_info
+from run_scripts.benchmarks.fresh_model_and_optimizer import trainer_optimizer
+from run_scripts.benchmarks.timing import machine_info
 from run_scripts.training import data
 from run_scripts.training.arguments import check_choices, parse_arguments
+from run_scripts.training.tag_scheme_decisions import complete_span_labels
 from run_scripts.training.threads import apply_thread_setting
 
 WNUT_TYPES = [
@@ -82,6 +86,8 @@ class BusyMachineArguments:
         default=10.0, metadata={"help": "stop a setting's timing after this many seconds (but not before 3 steps)"}
     )
     seed: int = field(default=42, metadata={"help": "seed of the model and the data"})
+    output_dir: str | None = field(default=None, metadata={"help": "where <name>.csv and <name>.png go (none: print)"})
+    name: str = field(default="busy_machine", metadata={"help": "file name stem of the CSV and the plot"})
 
     def __post_init__(self):
         for setting in self.settings:
@@ -98,7 +104,7 @@ def demo_batch(args: BusyMachineArguments) -> tuple[dict, list[str], object]:
     vocabulary = [
         "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 10))) for _ in range(args.vocabulary_size)
     ]
-    labels = ["O"] + [f"{prefix}-{entity_type}" for entity_type in WNUT_TYPES for prefix in "BI"]
+    labels = complete_span_labels([f"B-{entity_type}" for entity_type in WNUT_TYPES], "IOB2")
     sentences = [rng.choices(vocabulary, k=args.words) for _ in range(args.sentences)]
     tags = [[rng.choice(labels[1::2]) if rng.random() < 0.1 else "O" for _ in sentence] for sentence in sentences]
     tokenizer = build_word_tokenizer([vocabulary])
@@ -217,7 +223,69 @@ def main(argv=None) -> dict:
         print(f"| {setting_name(setting)} | " + " | ".join(cells) + " |")
     if baseline:
         print("(x: ratio to the PyTorch default on the idle machine, same run)")
+    if args.output_dir:
+        output_dir = Path(args.output_dir)
+        output_dir.mkdir(parents=True, exist_ok=True)
+        write_csv(results, output_dir / f"{args.name}.csv")
+        write_bar_plot(results, output_dir / f"{args.name}.png")
     return results
+
+
+CSV_FIELDS = ["busy_cores", "setting", "median_ms", "steps", "threads"]
+
+
+def write_csv(results: dict, path: Path) -> None:
+    """One row per `(busy cores, setting)` of `results`: the median milliseconds per step, the timed steps and the
+    threads the setting ran with."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for (busy, setting), result in results.items():
+            writer.writerow({"busy_cores": busy, "setting": setting, "median_ms": f"{result['median_s'] * 1000:.1f}",
+                             "steps": result["steps"], "threads": result["threads"]})  # fmt: skip
+
+
+def read_csv(path: Path) -> dict:
+    """The `results` of `write_csv`'s file: `{(busy cores, setting): {"median_s", "steps", "threads"}}`."""
+    with path.open(newline="") as handle:
+        return {
+            (int(row["busy_cores"]), row["setting"]): {
+                "median_s": float(row["median_ms"]) / 1000, "steps": int(row["steps"]), "threads": int(row["threads"])
+            }
+            for row in csv.DictReader(handle)
+        }  # fmt: skip
+
+
+def write_bar_plot(results: dict, path: Path) -> Path:
+    """Milliseconds per training step as grouped bars: one group per machine state, one bar (and colour) per thread
+    setting, `auto` labelled with the count it chose."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from run_scripts.benchmarks.speed_report import SERIES_COLORS, save_small_png
+
+    states = sorted({busy for busy, _ in results})
+    settings = list(dict.fromkeys(setting for _, setting in results))
+    width = 0.8 / len(settings)
+    figure, axis = plt.subplots(figsize=(7, 3.2))
+    for index, (setting, color) in enumerate(zip(settings, SERIES_COLORS, strict=False)):
+        present = [busy for busy in states if (busy, setting) in results]
+        heights = [results[busy, setting]["median_s"] * 1000 for busy in present]
+        offsets = [states.index(busy) + (index - (len(settings) - 1) / 2) * width for busy in present]
+        bars = axis.bar(offsets, heights, width, color=color, label=setting_name(setting))
+        if setting == "auto":
+            axis.bar_label(bars, [f"{results[busy, setting]['threads']}" for busy in present], fontsize=7)
+    axis.set_xticks(range(len(states)), [state_name(busy) for busy in states])
+    axis.set_ylabel("ms per training step")
+    axis.set_title("README demo model, one training step (lower is better; numbers: threads auto chose)", fontsize=8)
+    axis.legend(fontsize=7, ncols=2)
+    axis.grid(True, axis="y", alpha=0.3)
+    figure.tight_layout()
+    save_small_png(figure, path)
+    plt.close(figure)
+    return path
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The CRF's share of a NER training step: is it worth fusing?
 
-A training step of the paper's NER tagger (`SLSTMForTokenClassification`, S-LSTM of `speed_measurement.slstm_config`
+A training step of the paper's NER tagger (`SLSTMForTokenClassification`, S-LSTM of `timed_models.slstm_config`
 with a CRF over the BIOES tags of CoNLL-2003's labels) runs the CRF twice: the forward algorithm for the loss (with
 its backward) and the max-marginal Viterbi pass for the logits. Timed in turn on the same batches:
 
@@ -11,7 +11,7 @@ its backward) and the max-marginal Viterbi pass for the logits. Timed in turn on
 - `step without CRF`: the same tagger with a softmax head.
 
 `crf_share` is `crf / step`. Workloads: a random 32x32 batch and, with `--data_dir`, CoNLL-2003 NER training batches
-as `run_ner.py` draws them (`speed_measurement.real_workload`). Writes `<name>.csv` and `<name>.md`.
+as `run_ner.py` draws them (`workloads.real_workload`). Writes `<name>.csv` and `<name>.md`.
 
     python run_scripts/benchmarks/benchmark_crf_share.py --device cuda --data_dir ../shared/data --output_dir out
 """
@@ -25,19 +25,10 @@ from pathlib import Path
 import torch
 
 from modeling_slstm.modeling_slstm import SLSTMForTokenClassification
-from run_scripts.benchmarks.speed_measurement import (
-    VARIANTS,
-    TimedModel,
-    Timing,
-    Workload,
-    machine_info,
-    random_workload,
-    real_workloads,
-    skip_reason,
-    slstm_config,
-    time_interleaved,
-)
 from run_scripts.benchmarks.speed_report import markdown_table
+from run_scripts.benchmarks.timed_models import VARIANTS, TimedModel, skip_reason, slstm_config
+from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.workloads import Workload, random_workload, real_workloads
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 CONLL_LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]

@@ -6,7 +6,7 @@
 
 On movie-review sentences in the paper's batches (10 sentences grouped by length), the paper's classification
 configuration (words only, embeddings of `--embedding_dim`) trains one step per batch (forward, backward, Adam) in
-three setups, taking turns within every round (`speed_measurement.time_interleaved`) so that their ratios compare the
+three setups, taking turns within every round (`timing.time_interleaved`) so that their ratios compare the
 same moments of a shared machine:
 
 - `S-LSTM`: no features;
@@ -26,8 +26,9 @@ from transformers import AutoConfig, AutoTokenizer, DataCollatorWithPadding
 
 from modeling_slstm import SLSTMForSequenceClassification, SLSTMTokenizer
 from modeling_slstm.tokenization_slstm import SUBWORD_INPUT_NAMES, build_word_tokenizer
-from run_scripts.benchmarks.benchmark_inputs import fresh_model, length_grouped_batches
-from run_scripts.benchmarks.speed_measurement import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.fresh_model_and_optimizer import fresh_model
+from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.workloads import length_grouped_batches
 from run_scripts.training import data
 from run_scripts.training.arguments import parse_arguments
 from run_scripts.training.feature_encoder import resolve_feature_encoder

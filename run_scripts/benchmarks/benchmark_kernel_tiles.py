@@ -2,8 +2,8 @@
 """How the fused step's kernels should tile their work on a GPU: a sweep of `triton_kernels.KernelTiles`.
 
 For each tiling (values per tile, widest hidden block, warps per program) the paper S-LSTM
-(`speed_measurement.slstm_config`, fused step) runs training steps (forward and backward of the sum of its outputs)
-on random batches; all tilings of one shape are timed in turn (`speed_measurement.time_interleaved`), so that their
+(`timed_models.slstm_config`, fused step) runs training steps (forward and backward of the sum of its outputs)
+on random batches; all tilings of one shape are timed in turn (`timing.time_interleaved`), so that their
 ratios compare the same moments of the machine. Prints one table per shape, fastest first, with each tiling's time
 as a ratio to the default tiling's, and writes `<name>.csv`.
 
@@ -19,15 +19,10 @@ from pathlib import Path
 import torch
 
 from modeling_slstm import triton_kernels
-from run_scripts.benchmarks.speed_measurement import (
-    VARIANTS,
-    TimedModel,
-    Timing,
-    machine_info,
-    random_workload,
-    time_interleaved,
-)
 from run_scripts.benchmarks.speed_report import markdown_table
+from run_scripts.benchmarks.timed_models import VARIANTS, TimedModel
+from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.workloads import random_workload
 from run_scripts.training.arguments import parse_arguments
 
 FIELDS = ["device_name", "torch", "variant", "batch", "length", "values_per_tile", "max_block_h", "num_warps"]
@@ -39,7 +34,7 @@ class TileSweepArguments:
     """Arguments of benchmark_kernel_tiles.py."""
 
     device: str = field(default="cuda", metadata={"help": "torch device (CUDA; CPU tensors need TRITON_INTERPRET=1)"})
-    variant: str = field(default="bf16+fused", metadata={"help": "a fused variant of speed_measurement.VARIANTS"})
+    variant: str = field(default="bf16+fused", metadata={"help": "a fused variant of timed_models.VARIANTS"})
     batch_size: int = 32
     lengths: list[int] = field(default_factory=lambda: [32, 512])
     values_per_tile: list[int] = field(default_factory=lambda: [2048, 4096, 8192])

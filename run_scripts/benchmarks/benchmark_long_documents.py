@@ -3,8 +3,8 @@
 has no length limit and the S-LSTM's cost grows linearly with length).
 
 For each length, after tagging a 10-word text (model loaded, pipeline warm), it reports the document's wall time (best
-of `--repeats`, `speed_measurement.time_interleaved`) and the peak memory that PyTorch's allocator holds while tagging
-it, above what it held before (`speed_measurement.peak_memory_bytes`: the model's activations and outputs, not the
+of `--repeats`, `timing.time_interleaved`) and the peak memory that PyTorch's allocator holds while tagging
+it, above what it held before (`timing.peak_memory_bytes`: the model's activations and outputs, not the
 Python objects of the pipeline). Without `--model_dir` the model is `hub_configs/slstm-ner-crf-small.json` (the README
 demo's: hidden 100, 4 steps, character CNN, CRF) with random weights over the document's vocabulary: speed and memory
 do not depend on what the weights learned. Documents are random words of 3 to 9 letters.
@@ -22,8 +22,8 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer, pipelin
 from modeling_slstm import SLSTMForTokenClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.benchmark_inputs import fresh_model
-from run_scripts.benchmarks.speed_measurement import Timing, machine_info, peak_memory_bytes, time_interleaved
+from run_scripts.benchmarks.fresh_model_and_optimizer import fresh_model
+from run_scripts.benchmarks.timing import Timing, machine_info, peak_memory_bytes, time_interleaved
 from run_scripts.training.arguments import parse_arguments
 
 CONFIG = REPOSITORY_ROOT / "hub_configs" / "slstm-ner-crf-small.json"

@@ -10,7 +10,7 @@ backend and, for float32 on CPU, oneDNN), measured at the start and end of the r
 runs. All models and variants of one workload are timed in turn, so that their ratios compare the same moments of a
 shared machine.
 Every row also states its floor: the time its matmul FLOPs take at the device's peak FLOP/s or the bytes it must move
-at the peak bandwidth, whichever is longer (datasheet peaks for the GPUs of `speed_measurement.DEVICE_PEAKS`, else
+at the peak bandwidth, whichever is longer (datasheet peaks for the GPUs of `machine_peaks.DEVICE_PEAKS`, else
 the run's ceiling GEMM and copy bandwidth), and the share of it reached.
 
 S-LSTM variants (`--slstm_variants`): `eager` (the readable PyTorch step), `fused` (the fused Triton step, CUDA),
@@ -19,7 +19,7 @@ S-LSTM variants (`--slstm_variants`): `eager` (the readable PyTorch step), `fuse
 also as `bf16+<variant>`; `gpu` stands for all of these. The plain `slstm` rows are the package as a user gets it
 (`step_implementation="auto"`: the fused step on a GPU).
 
-Models (`speed_measurement.MODELS`): `slstm` (the paper configuration: hidden 300, embedding 300, 9 steps, window 1,
+Models (`timed_models.MODELS`): `slstm` (the paper configuration: hidden 300, embedding 300, 9 steps, window 1,
 one sentence node), `slstm-reference` (the same equations and parameters written plainly, `reference_slstm.py`),
 S-LSTM settings, BiLSTMs, a CNN and a Transformer. Every output records the machine: CPU model, CPU capability, native
 bf16, threads, torch, and the S-LSTM's float32 CPU matmul backend (`SLSTM_MATMUL_BACKEND=auto|onednn|default` to
@@ -46,44 +46,49 @@ Examples:
 """
 
 import os
+import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
+from modeling_slstm.configuration_slstm import SLSTMConfig
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.speed_measurement import (
-    CORPORA,
-    GPU_SLSTM_VARIANTS,
-    MODELS,
-    PAPER_SLSTM,
-    RANDOM,
-    REFERENCE_SLSTM,
-    VARIANTS,
-    Timing,
-    Workload,
+from run_scripts.benchmarks.flop_and_byte_counts import step_bytes, step_flops
+from run_scripts.benchmarks.machine_peaks import (
     apply_ceilings,
     apply_peaks,
+    ceiling_calls,
     ceiling_gemm_dtypes,
-    machine_info,
-    matmul_share_text,
+    ceilings_from_times,
     measure_bandwidth,
     measure_ceilings,
-    measure_shape,
-    mode_label,
-    random_workload,
-    real_workloads,
+    row_ceiling_dtypes,
     run_peaks,
-    skip_reason,
 )
 from run_scripts.benchmarks.speed_report import (
     MACHINE_FIELDS,
     comparison_tables,
     machine_line,
+    matmul_share_text,
+    mode_label,
+    print_row,
     read_runs,
     write_report,
 )
+from run_scripts.benchmarks.timed_models import (
+    GPU_SLSTM_VARIANTS,
+    MODELS,
+    PAPER_SLSTM,
+    REFERENCE_SLSTM,
+    VARIANTS,
+    TimedModel,
+    Variant,
+    skip_reason,
+)
+from run_scripts.benchmarks.timing import Timing, machine_info, matmul_time_share, peak_memory_bytes, time_interleaved
+from run_scripts.benchmarks.workloads import CORPORA, RANDOM, Workload, random_workload, real_workloads
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 MODES = ("forward", "train")
@@ -222,6 +227,92 @@ def plan(args: SpeedArguments, device: torch.device) -> dict[Workload, list]:
             for workload in variant_workloads:
                 add(PAPER_SLSTM, key, workload)
     return {w: cases for w, cases in sorted(shapes.items(), key=lambda item: item[0].sort_key()) if cases}
+
+
+def first_call_runs(model: TimedModel, mode: str) -> bool:
+    """Calls `model` once in `mode` (the first warm-up call); False, saying why, where it cannot run here."""
+    reason = model.failure(mode)
+    if reason:
+        print(f"skipping {model.name} {model.variant.name} {mode_label(mode)}: {reason}", flush=True)
+    return reason is None
+
+
+def measure_shape(
+    cases: list[tuple[str, Variant]],
+    workload: Workload,
+    modes: list[str],
+    device: torch.device,
+    timing: Timing,
+    ceiling_size: int,
+    measure_memory: bool = True,
+    measure_matmul_share: bool = False,
+) -> list[dict]:
+    """Time every `(model, variant)` of `cases` on `workload` in turn with a ceiling GEMM per dtype, per mode;
+    then, with `measure_memory`, each one's peak memory, and with `measure_matmul_share`, an S-LSTM's share of time in
+    matrix products (`matmul_time_share`; both not for `torch.compile` on CPU, which the profiler does not follow).
+
+    Returns one row per case and mode (the CSV columns of `speed_report.FIELDS` without the machine, the ceiling and
+    the peaks)."""
+    models = [TimedModel(name, variant, workload, device) for name, variant in cases]
+    dtypes = ceiling_gemm_dtypes(device, {m.variant.autocast_dtype for m in models} - {None})
+    ceilings = ceiling_calls(device, dtypes, ceiling_size)
+    rows = []
+    for mode in modes:
+        timed = [m for m in models if mode in m.variant.modes and first_call_runs(m, mode)]
+        if not timed:
+            continue
+        calls = {f"{m.name} {m.variant.name}": m.call_for(mode) for m in timed}
+        # `first_call_runs` was the first warm-up call; torch.compile needs two more to compile the forward and the backward.
+        warmup = max(timing.warmup - 1, 0) + (2 if any(m.variant.compile for m in timed) else 0)
+        times = time_interleaved({**calls, **ceilings}, device, replace(timing, warmup=warmup))
+        moment_ceilings = ceilings_from_times({key: times[key] for key in ceilings}, ceiling_size)
+        for model, (key, call) in zip(timed, calls.items()):
+            median = statistics.median(times[key])
+            memory = matmul_share = float("nan")
+            compiled_on_cpu = model.variant.compile and device.type == "cpu"
+            if measure_memory and not compiled_on_cpu:
+                memory = peak_memory_bytes(call, device)
+            # The S-LSTMs only: the baselines' products also run inside LSTM and convolution kernels.
+            is_slstm = isinstance(model.config, SLSTMConfig)
+            if measure_matmul_share and is_slstm and device.type == "cpu" and not compiled_on_cpu:
+                matmul_share = matmul_time_share(call)
+            element_bytes = 2 if model.variant.autocast_dtype else 4
+            flops = sum(step_flops(model.config, len(b), sum(b) / len(b), mode) for b in workload.batches)
+            moved = sum(
+                step_bytes(model.config, len(b), sum(b) / len(b), mode, element_bytes) for b in workload.batches
+            )
+            interleaved = max(
+                moment_ceilings[d]["gflops"] for d in row_ceiling_dtypes(model.variant.name) if d in moment_ceilings
+            )
+            gflops = flops / median / 1e9
+            rows.append(
+                {
+                    "model": model.name,
+                    "variant": model.variant.name,
+                    "batch": workload.batch,
+                    "length": workload.length,
+                    "mode": mode,
+                    "tokens_per_s": workload.tokens / median,
+                    "median_ms": median * 1e3,
+                    "runs": len(times[key]),
+                    "peak_mem_mb": memory / 2**20,
+                    "params": model.params,
+                    "encoder_params": model.encoder_params,
+                    "gflops_per_s": gflops,
+                    "interleaved_ceiling_gflops_per_s": interleaved,
+                    "pct_of_interleaved_ceiling": 100 * gflops / interleaved,
+                    "matmul_time_share": matmul_share,
+                    "data": workload.data,
+                    "batches": len(workload.batches),
+                    "step_implementation": model.step_implementation,
+                    "gflop": flops / 1e9,
+                    "gbytes": moved / 1e9,
+                }
+            )
+            print_row(rows[-1])
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return rows
 
 
 def load_average() -> str:

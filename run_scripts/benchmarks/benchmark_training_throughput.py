@@ -34,16 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
+from transformers import DataCollatorForTokenClassification
 
 from modeling_slstm import SLSTMForTokenClassification
-from modeling_slstm.tag_schemes import split_tag
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
-from run_scripts.benchmarks.benchmark_inputs import fresh_model, length_grouped_batches
-from run_scripts.benchmarks.speed_measurement import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.fresh_model_and_optimizer import fresh_model, trainer_optimizer
+from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.workloads import length_grouped_batches
 from run_scripts.training import data
 from run_scripts.training.arguments import DataArguments, parse_arguments
 from run_scripts.training.samplers import TokenBudgetBatchSampler
+from run_scripts.training.tag_scheme_decisions import complete_span_labels
 
 
 @dataclass
@@ -100,15 +101,6 @@ def synthetic_batch(args, config, shape: list[int]) -> dict[str, torch.Tensor]:
         "char_ids": char_ids,
         "labels": torch.zeros_like(input_ids),  # all O: a valid tag sequence
     }
-
-
-def trainer_optimizer(model) -> torch.optim.Optimizer:
-    """The optimizer the `Trainer` of `run_ner.py` builds, with the recipe's lr 1e-3 and no weight decay: its
-    default `optim`, fused AdamW, whose step took 3.5 ms where the unfused one took 21 on a 10-sentence NER batch
-    (one thread, AVX-512 EPYC), about 4% of the training step."""
-    args = TrainingArguments(learning_rate=1e-3, use_cpu=True, report_to="none")
-    optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args, model)
-    return optimizer_cls(model.parameters(), weight_decay=args.weight_decay, **optimizer_kwargs)
 
 
 class Setup:
@@ -174,8 +166,7 @@ def main(argv=None) -> list[dict]:
     torch.set_num_threads(args.threads)
     sentences = data.read_conll(args.train_file)
     tokenizer = build_word_tokenizer([s["tokens"] for s in sentences])
-    types = sorted({split_tag(tag)[1] for s in sentences for tag in s["tags"] if tag != "O"})
-    labels = ["O"] + [f"{prefix}-{entity_type}" for entity_type in types for prefix in "BI"]
+    labels = complete_span_labels({tag for s in sentences for tag in s["tags"]}, "IOB2")
     examples = training_examples(args.train_file, tokenizer, {label: i for i, label in enumerate(labels)})
     collator = DataCollatorForTokenClassification(tokenizer, return_tensors="pt")
 

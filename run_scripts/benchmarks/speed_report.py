@@ -1,4 +1,5 @@
-"""The reporting half of `benchmark_speed.py`: CSV, Markdown tables, JSON metadata and PNG plots of measured rows.
+"""The reporting half of `benchmark_speed.py`: rows printed as they are measured, CSV, Markdown tables, JSON metadata
+and PNG plots.
 
 A row is one model, variant, workload (`data`: random, or a corpus's real batches; batch, length) and mode
 (`FIELDS`); the machine it ran on is in every row, so that CSVs of different machines can be merged (`--from_csv`)
@@ -10,14 +11,15 @@ import json
 import math
 from pathlib import Path
 
-from run_scripts.benchmarks.speed_measurement import PAPER_SLSTM, RANDOM, REFERENCE_SLSTM, mode_label
+from run_scripts.benchmarks.timed_models import PAPER_SLSTM, REFERENCE_SLSTM
+from run_scripts.benchmarks.workloads import RANDOM
 
 MACHINE_FIELDS = ["device", "device_name", "cpu_capability", "native_bf16", "threads", "torch", "matmul_backend"]
 FIELDS = MACHINE_FIELDS + [
     "model", "variant", "batch", "length", "mode", "tokens_per_s", "median_ms", "runs", "peak_mem_mb", "params",
     "encoder_params", "gflops_per_s", "ceiling_gflops_per_s", "pct_of_ceiling", "interleaved_ceiling_gflops_per_s",
     "pct_of_interleaved_ceiling", "matmul_time_share",
-    # the workload, the S-LSTM step that ran, and the floor (speed_measurement.apply_peaks)
+    # the workload, the S-LSTM step that ran, and the floor (machine_peaks.apply_peaks)
     "data", "batches", "step_implementation", "gflop", "gbytes", "peak_gflops_per_s", "peak_gb_per_s", "peak_source",
     "pct_of_peak_flops", "pct_of_peak_bandwidth", "floor_ms", "pct_of_floor",
 ]  # fmt: skip
@@ -25,6 +27,35 @@ TEXT_FIELDS = {"device", "device_name", "cpu_capability", "native_bf16", "torch"
 TEXT_FIELDS |= {"model", "variant", "mode", "data", "step_implementation", "peak_source"}
 INTEGER_FIELDS = {"threads", "batch", "length", "runs", "params", "encoder_params", "batches"}
 BASELINES = ("bilstm1", "bilstm2")  # the cuDNN BiLSTMs the S-LSTM variants are compared with
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Printing while measuring
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def mode_label(mode: str) -> str:
+    return "forward+backward" if mode == "train" else "forward only"
+
+
+def print_row(row: dict):
+    print(
+        f"{row['model']:>16} {row['variant']:>26} {row['data']:>13} {row['batch']:>3}x{row['length']:<4} "
+        f"{mode_label(row['mode']):>16}: "
+        f"{row['tokens_per_s']:>10.0f} tok/s {row['median_ms']:>9.1f} ms {row['peak_mem_mb']:>8.1f} MiB "
+        f"{row['gflops_per_s']:>7.1f} GFLOP/s ({row['pct_of_interleaved_ceiling']:.0f}% of the ceiling GEMM timed "
+        "between the runs)" + matmul_share_text(row),
+        flush=True,
+    )
+
+
+def matmul_share_text(row: dict) -> str:
+    """The matmul share and the bound it implies, as a clause to print after a row; empty where not measured."""
+    share = row.get("matmul_time_share", float("nan"))
+    if not share > 0:  # NaN (not measured) or a profile without matmuls
+        return ""
+    bound = row["pct_of_interleaved_ceiling"] / share
+    return f"; {100 * share:.0f}% of its time in matmuls: at most about {bound:.0f}% with all other work free"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -286,6 +317,16 @@ def write_markdown(rows: list[dict], meta: dict, path: Path):
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def points_by_length(rows: list[dict], key: str, **same) -> dict[int, float]:
+    """`{length: row[key]}` of the rows whose fields equal `same`: the first row of each length (merged runs can
+    repeat a shape), rows where `key` was not measured (NaN) left out."""
+    points = {}
+    for row in rows:
+        if all(row[field] == value for field, value in same.items()) and not math.isnan(row[key]):
+            points.setdefault(row["length"], row[key])
+    return points
+
+
 def write_plots(rows: list[dict], prefix: Path) -> list[Path]:
     """Tokens/s and peak memory against length, one panel per variant, mode and batch size, for variants measured for
     more than one model (the others are in the tables)."""
@@ -316,11 +357,7 @@ def write_plots(rows: list[dict], prefix: Path) -> list[Path]:
         for (variant, mode), panel_row in zip(combos, axes):
             for batch, axis in zip(batches, panel_row):
                 for model in dict.fromkeys(r["model"] for r in rows):
-                    points = {}  # the first measurement of each length (merged runs can repeat a shape)
-                    for r in rows:
-                        same = (r["model"], r["variant"], r["mode"], r["batch"]) == (model, variant, mode, batch)
-                        if same and not math.isnan(r[key]):
-                            points.setdefault(r["length"], r[key])
+                    points = points_by_length(rows, key, model=model, variant=variant, mode=mode, batch=batch)
                     if points:
                         style = "-o" if model.startswith("slstm") else "--s"
                         axis.plot(*zip(*sorted(points.items())), style, label=model, markersize=3)
@@ -338,6 +375,62 @@ def write_plots(rows: list[dict], prefix: Path) -> list[Path]:
         plt.close(figure)
         written.append(path)
     return written
+
+
+SERIES_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"]
+"""One colour per series of the docs' plots (matplotlib's tab10 without its grey, which the grid and axes use), the same
+model in the same colour in every panel."""
+
+
+def save_small_png(figure, path: Path, dpi: int = 72) -> Path:
+    """`figure` as a PNG of at most 128 colours (Pillow's median cut): a third of the bytes of matplotlib's own PNG,
+    the same picture to the eye."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    buffer = BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    Image.open(buffer).convert("RGB").quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
+    return path
+
+
+def write_length_plot(rows: list[dict], path: Path, batch: int = 32) -> Path:
+    """Training tokens/s against sentence length (random batches of `batch` sentences): one panel per machine and
+    precision (fp32, bf16), one line per model (S-LSTMs solid, baselines dashed), log scales; a PNG small enough for
+    the docs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if (r["data"], r["mode"], r["batch"]) == (RANDOM, "train", batch)]
+    rows = [r for r in rows if r["variant"] in ("fp32", "bf16")]
+    panels = sorted({(r["device_name"], r["variant"]) for r in rows}, key=lambda p: (p[0], p[1] != "fp32"))
+    colors = dict(zip(sorted({r["model"] for r in rows}), SERIES_COLORS, strict=False))
+    columns = 2
+    figure, axes = plt.subplots(
+        math.ceil(len(panels) / columns), columns, figsize=(9, 3 * math.ceil(len(panels) / columns)), squeeze=False
+    )
+    for (device_name, variant), axis in zip(panels, axes.flat):
+        for model, color in colors.items():
+            points = points_by_length(rows, "tokens_per_s", device_name=device_name, variant=variant, model=model)
+            if points:
+                style = "-o" if model.startswith("slstm") else "--s"
+                axis.plot(*zip(*sorted(points.items())), style, color=color, label=model, markersize=5, linewidth=2)
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_xlabel("sentence length (tokens)")
+        axis.set_ylabel("training tokens/s")
+        axis.set_title(f"{device_name}, {variant}, batch {batch}", fontsize=8)
+        axis.grid(True, which="both", alpha=0.3)
+        axis.legend(fontsize=6, loc="best")
+    for axis in list(axes.flat)[len(panels) :]:
+        axis.set_visible(False)
+    figure.tight_layout()
+    save_small_png(figure, path)
+    plt.close(figure)
+    return path
 
 
 def write_report(rows: list[dict], meta: dict, output_dir: Path, stem: str, plots: bool = True):

@@ -337,11 +337,15 @@ def truncate_splits(splits: dict[str, list], data_args) -> dict[str, list]:
     return {split: items[: limits[split]] if limits[split] is not None else items for split, items in splits.items()}
 
 
-def check_labels_known(splits: dict[str, list], label_list: Sequence[str], key: str, sequence: bool) -> None:
-    """Raises a clear error if a validation/test label is not among the training labels (the model has no output
-    for it). Fix: add the label to the training data, or map it before training."""
+def check_labels_known(
+    splits: dict[str, list], label_list: Sequence[str], key: str, sequence: bool, checkpoint: str | None = None
+) -> None:
+    """Raises a clear error if a validation/test label is not among the model's labels (it has no output for it):
+    for a fresh model, the training labels; continuing from `checkpoint`, that checkpoint's labels, which the
+    training split must keep to as well. Fix: add the label to the training data, or map it before training."""
     known = set(label_list)
-    for split in ("validation", "test"):
+    reason = f"not among the labels of {checkpoint}" if checkpoint else "unseen in the training data"
+    for split in ("train", "validation", "test") if checkpoint else ("validation", "test"):
         if split not in splits:
             continue
         seen = set()
@@ -350,7 +354,7 @@ def check_labels_known(splits: dict[str, list], label_list: Sequence[str], key: 
         unknown = sorted(seen - known)
         if unknown:
             raise ValueError(
-                f"The {split} split has labels that the model does not know (unseen in the training data): {unknown}. "
+                f"The {split} split has labels that the model does not know ({reason}): {unknown}. "
                 f"Known labels: {sorted(known)}. Map them to known labels (e.g. 'O') in the data, or add training "
                 "examples for them."
             )
@@ -402,6 +406,18 @@ def count_truncated(word_counts: Iterable[int], token_lengths: Iterable[int]) ->
     than their framed word count (`n + 2`), whichever limit cut them (`--max_seq_length` or, with a feature encoder,
     its subword limit)."""
     return sum(length < count + 2 for count, length in zip(word_counts, token_lengths, strict=True))
+
+
+def warn_if_truncated(split: str, word_counts: Iterable[int], tokenized, max_length: int, consequence: str = ""):
+    """Warns how many examples of `split` lost words to truncation (`count_truncated` of their `word_counts` and
+    their `tokenized` ids), and `consequence`: what that does to the run's scores and predictions."""
+    truncated = count_truncated(word_counts, map(len, tokenized["input_ids"]))
+    if truncated:
+        message = (
+            f"{split}: {truncated} example(s) longer than --max_seq_length {max_length} tokens (<s> and </s> "
+            "included) or than the feature encoder's subword limit are truncated"
+        )
+        logger.warning(f"{message}; {consequence}" if consequence else message)
 
 
 def tokenize_splits(splits: dict[str, list[dict]], tokenize_function, training_args, reads_char_ids: bool) -> dict:

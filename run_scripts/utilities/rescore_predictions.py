@@ -25,6 +25,7 @@ from seqeval.metrics import precision_score, recall_score
 from seqeval.scheme import IOB2, IOBES
 from sklearn.metrics import accuracy_score, f1_score
 
+from modeling_slstm.tag_schemes import is_span_tag
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 FORMATS = ("auto", "tagging", "classification")
@@ -82,11 +83,6 @@ def read_tagging(path: Path) -> tuple[list[list[str]], list[list[str]]]:
     if not gold:
         raise ValueError(f"{path}: no sentences found")
     return gold, predicted
-
-
-def is_span_tag(tag: str) -> bool:
-    prefix, dash, entity_type = tag.partition("-")
-    return tag == "O" or (bool(dash) and len(prefix) == 1 and prefix in "BIES" and bool(entity_type))
 
 
 def score_tagging(path: Path, mode: str, scheme: str) -> dict:

@@ -1,16 +1,21 @@
 """Smoke tests of the benchmark scripts on tiny settings (they are scripts, not timed tests), the FLOP count, the plain
-reference S-LSTM, and the oneDNN matmul path of the S-LSTM step."""
+reference S-LSTM, and the pictures of docs/benchmarks.md."""
 
 import csv
 import json
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from helpers import markdown_rows
 
-from modeling_slstm import cpu_matmul, modeling_slstm
+from modeling_slstm import cpu_matmul
 from modeling_slstm.configuration_slstm import SLSTMConfig
-from run_scripts.benchmarks import benchmark_inputs, benchmark_speed, reference_slstm, speed_measurement
+from run_scripts.benchmarks import benchmark_speed, flop_and_byte_counts, reference_slstm, timing, workloads
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_slstm_flop_count_matches_the_equations():
@@ -20,8 +25,8 @@ def test_slstm_flop_count_matches_the_equations():
     per_token_step = 2 * 3 * hidden * 7 * hidden + 2 * hidden * hidden  # W ξ_i (7 blocks) + U_f h_i
     per_sentence_step = 2 * hidden * 7 * hidden + 2 * 2 * hidden * 2 * hidden + 2 * hidden * hidden
     expected = 2 * tokens * 300 * 7 * hidden + 9 * (tokens * per_token_step + batch * per_sentence_step)
-    assert speed_measurement.slstm_forward_flops(config, batch, length) == expected
-    assert speed_measurement.step_flops(config, batch, length, "train") == 3 * expected
+    assert flop_and_byte_counts.slstm_forward_flops(config, batch, length) == expected
+    assert flop_and_byte_counts.step_flops(config, batch, length, "train") == 3 * expected
 
 
 def test_speed_benchmark_tiny(tmp_path):
@@ -61,9 +66,10 @@ def test_speed_benchmark_tiny(tmp_path):
     (comparison,) = [c for c in meta["reference_comparison"] if (c["variant"], c["mode"]) == ("fp32", "train")]
     package, reference = comparison["package_tokens_per_s"], comparison["reference_tokens_per_s"]
     assert comparison["package_over_reference"] == pytest.approx(package / reference)
-    assert (
-        f"| fp32 | forward+backward | 2×8 | {package:,.0f} | {reference:,.0f} | {package / reference:.2f} |" in report
-    )
+    (row,) = [r for r in markdown_rows(report) if (r.get("variant"), r.get("mode")) == ("fp32", "forward+backward")]
+    assert row == {"variant": "fp32", "mode": "forward+backward", "batch×length": "2×8",
+                   "package tokens/s": f"{package:,.0f}", "reference tokens/s": f"{reference:,.0f}",
+                   "package / reference": f"{package / reference:.2f}"}  # fmt: skip
     assert {c["model"] for c in meta["autocast_comparison"]} == {"slstm", "slstm-reference"}
     assert "bf16 time / fp32 time" in report
 
@@ -91,12 +97,12 @@ def test_speed_benchmark_quick_arguments():
 
 def test_matmul_time_share_tells_products_from_elementwise_work():
     square = torch.randn(256, 256)
-    assert speed_measurement.matmul_time_share(lambda: square @ square) > 0
-    assert speed_measurement.matmul_time_share(lambda: torch.tanh(square).sum()) == 0.0
+    assert timing.matmul_time_share(lambda: square @ square) > 0
+    assert timing.matmul_time_share(lambda: torch.tanh(square).sum()) == 0.0
     # oneDNN or PyTorch's matmul, whichever the backend rule picks: the products of the step's linear layer are
     # counted (the share was 0.0 with the oneDNN operator left out of MATMUL_OPERATORS).
     linear, rows = cpu_matmul.SLSTMLinear(1024, 1024), torch.randn(512, 1024)
-    assert speed_measurement.matmul_time_share(lambda: linear(rows).sum().backward()) > 0
+    assert timing.matmul_time_share(lambda: linear(rows).sum().backward()) > 0
 
 
 def test_interleaved_timing_times_a_slow_call_once(monkeypatch):
@@ -104,8 +110,8 @@ def test_interleaved_timing_times_a_slow_call_once(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
     calls = {"fast": lambda: None, "slow": lambda: clock.__setitem__(0, clock[0] + 0.02)}
-    timing = speed_measurement.Timing(warmup=1, repeats=3, min_time=0.0, max_repeats=3, time_once_above=0.01)
-    times = speed_measurement.time_interleaved(calls, torch.device("cpu"), timing)
+    rounds = timing.Timing(warmup=1, repeats=3, min_time=0.0, max_repeats=3, time_once_above=0.01)
+    times = timing.time_interleaved(calls, torch.device("cpu"), rounds)
     assert times == {"fast": [0.0, 0.0, 0.0], "slow": [pytest.approx(0.02)]}
 
 
@@ -124,33 +130,6 @@ def test_reference_slstm_is_finite_and_ignores_right_padding():
     torch.testing.assert_close(states[1, :3], alone_states[0])
     torch.testing.assert_close(sentence_state[1], alone_sentence[0])
     assert torch.all(states[1, 3:] == 0)
-
-
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
-def test_onednn_step_matches_default_matmuls():
-    """The oneDNN route of the step's float32 matmuls gives the outputs and gradients of PyTorch's default backend."""
-    torch.manual_seed(0)
-    model = modeling_slstm.SLSTMModel(
-        SLSTMConfig(
-            vocab_size=30, embedding_dim=8, hidden_size=12, num_steps=3, num_sentence_nodes=2, embedding_dropout=0.0
-        )
-    )
-    input_ids = torch.randint(4, 30, (2, 6))
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 1, 1, 1, 0, 0]])
-    results = []
-    try:
-        for backend in ("onednn", "default"):
-            cpu_matmul.set_matmul_backend(backend)
-            assert cpu_matmul.selected_backend() == backend
-            model.zero_grad()
-            outputs = model(input_ids, attention_mask=mask)
-            (outputs.last_hidden_state.pow(2).sum() + outputs.pooler_output.sum()).backward()
-            results.append((outputs.last_hidden_state, [p.grad.clone() for p in model.parameters()]))
-    finally:
-        cpu_matmul.set_matmul_backend(None)
-    torch.testing.assert_close(results[0][0], results[1][0], atol=1e-5, rtol=1e-5)
-    for with_onednn, default in zip(results[0][1], results[1][1]):
-        torch.testing.assert_close(with_onednn, default, atol=1e-5, rtol=1e-4)
 
 
 def test_training_throughput_benchmark_tiny(tmp_path, capsys):
@@ -181,10 +160,10 @@ def test_training_throughput_benchmark_tiny(tmp_path, capsys):
 
 def test_length_grouped_batches_cover_the_epoch_once():
     lengths = torch.randint(1, 50, (103,), generator=torch.Generator().manual_seed(0)).tolist()
-    batches = benchmark_inputs.length_grouped_batches(lengths, 10, seed=1)
+    batches = workloads.length_grouped_batches(lengths, 10, seed=1)
     assert sorted(index for batch in batches for index in batch) == list(range(103))
     assert [len(batch) for batch in batches] == [10] * 10 + [3]
-    assert batches == benchmark_inputs.length_grouped_batches(lengths, 10, seed=1)
+    assert batches == workloads.length_grouped_batches(lengths, 10, seed=1)
     # Grouped: the sentences of a batch are closer in length than those of the epoch's order cut into tens.
     spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches)
     ungrouped = [list(range(start, min(start + 10, 103))) for start in range(0, 103, 10)]
@@ -200,27 +179,6 @@ def test_long_documents_benchmark_tags_the_whole_document():
     assert [row["words"] for row in rows] == [300]
     assert rows[0]["entities"] == len(tag(text))  # the same seed, the same random tagger
     assert rows[0]["peak_memory_mib"] > 0  # the document's activations are seen by the allocator
-
-
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch build")
-@pytest.mark.parametrize("rows", [3, 40])  # fewer and more rows than the weight's 20: both input-gradient paths
-def test_onednn_linear_gradients_match_pytorch(rows):
-    torch.manual_seed(0)
-    layer = cpu_matmul.SLSTMLinear(7, 20)
-    inputs = torch.randn(rows, 7, requires_grad=True)
-    cpu_matmul.set_matmul_backend("onednn")
-    try:
-        output = layer(inputs)
-        output.pow(2).sum().backward()
-    finally:
-        cpu_matmul.set_matmul_backend(None)
-    reference_inputs = inputs.detach().clone().requires_grad_()
-    reference_weight = layer.weight.detach().clone().requires_grad_()
-    reference = torch.nn.functional.linear(reference_inputs, reference_weight, layer.bias.detach())
-    reference.pow(2).sum().backward()
-    torch.testing.assert_close(output, reference)
-    torch.testing.assert_close(inputs.grad, reference_inputs.grad)
-    torch.testing.assert_close(layer.weight.grad, reference_weight.grad)
 
 
 def test_feature_encoder_benchmark_tiny(tmp_path):
@@ -242,3 +200,39 @@ def test_feature_encoder_benchmark_tiny(tmp_path):
     rows = benchmark_feature_encoder.main(argv)
     assert [row["setup"] for row in rows] == ["S-LSTM", "S-LSTM + encoder features", "encoder forward only"]
     assert rows[0]["ratio"] == 1.0 and all(row["ms_per_batch"] > 0 for row in rows)
+
+
+def series_in_picture(path) -> tuple[tuple[int, int], int]:
+    """`((width, height), series)` of a PNG: the series are the plot colours (`SERIES_COLORS`) that cover at least 150
+    pixels, up to the small colour shifts of the PNG's reduced palette (a legend swatch alone covers fewer)."""
+    from PIL import Image
+
+    from run_scripts.benchmarks.speed_report import SERIES_COLORS
+
+    image = Image.open(path)
+    pixels = np.asarray(image.convert("RGB")).astype(int)  # (height, width, 3)
+    colors = [np.array([int(color[i : i + 2], 16) for i in (1, 3, 5)]) for color in SERIES_COLORS]
+    return image.size, sum(int((np.abs(pixels - color).sum(-1) < 30).sum() >= 150) for color in colors)
+
+
+def test_docs_pictures_show_every_model_and_setting_of_their_csvs(tmp_path):
+    """The pictures of docs/benchmarks.md, drawn again from the CSVs beside them, and the committed ones: each shows
+    one series per model (training, batch 32) or thread setting that the CSVs hold, counted from the decoded
+    pixels, at the size the plot code sets (72 dpi)."""
+    from run_scripts.benchmarks import docs_plots
+
+    benchmarks = REPO / "docs" / "benchmarks"
+    models = set()
+    for path in [*benchmarks.glob("speed_*.csv"), *benchmarks.glob("quick_*.csv")]:
+        with path.open() as handle:
+            models |= {row["model"] for row in csv.DictReader(handle) if (row["mode"], row["batch"]) == ("train", "32")
+                       and row["variant"] in ("fp32", "bf16")}  # fmt: skip
+    with (benchmarks / "busy_machine_avx512_family25_2cores.csv").open() as handle:
+        settings = {row["setting"] for row in csv.DictReader(handle)}
+    assert len(models) == 6 and len(settings) == 5
+    written = docs_plots.main(["--output_dir", str(tmp_path)])
+    assert [path.name for path in written] == ["tokens_per_length.png", "busy_machine_avx512_family25_2cores.png"]
+    for folder in (tmp_path, benchmarks):
+        assert series_in_picture(folder / "tokens_per_length.png") == ((9 * 72, 2 * 3 * 72), len(models))
+        assert series_in_picture(folder / "busy_machine_avx512_family25_2cores.png") == ((7 * 72, 230), len(settings))
+        assert (folder / "tokens_per_length.png").stat().st_size < 40_000

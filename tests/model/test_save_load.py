@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 import pytest
 import torch
@@ -51,6 +52,8 @@ MODELS = {
     "char_crf_tagger": (SLSTMForTokenClassification, tagger_config(use_crf=True, **char_settings()),
                         AutoModelForTokenClassification),
 }  # fmt: skip
+
+HERE = Path(__file__).parent  # the child-process scripts beside this file
 
 
 def inputs():
@@ -119,39 +122,9 @@ def test_saved_config_maps_every_auto_class(kind, tmp_path):
     assert saved["auto_map"] == AUTO_MAP
 
 
-FRESH_PROCESS = r"""
-import importlib.util, sys
-checkpoint, data_file, module_cache, *site_dirs = sys.argv[1:]
-sys.path = [p for p in sys.path if p] + site_dirs  # stdlib (from -I -S) + bare site-packages, no .pth files
-import torch
-assert importlib.util.find_spec("modeling_slstm") is None, "modeling_slstm is importable: the test proves nothing"
-from transformers import AutoModelForTokenClassification, AutoTokenizer
-model = AutoModelForTokenClassification.from_pretrained(checkpoint, trust_remote_code=True).eval()
-assert "modeling_slstm" not in sys.modules
-code_file = sys.modules[type(model).__module__].__file__
-assert code_file.startswith(module_cache), code_file  # the code copied from the checkpoint
-data = torch.load(data_file)
-if "text" in data:  # the tokenizer saved with the checkpoint, from its copied code too
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=True)
-    assert type(tokenizer).__name__ == "SLSTMTokenizer", type(tokenizer)
-    assert sys.modules[type(tokenizer).__module__].__file__.startswith(module_cache)
-    encoded = tokenizer(data.pop("text"), return_tensors="pt")
-    assert encoded.keys() == data.keys() - {"logits"}, (encoded.keys(), data.keys())
-    for key in encoded:
-        assert torch.equal(encoded[key], data[key]), key
-expected = data.pop("logits")
-with torch.no_grad():
-    logits = model(**data).logits
-# Equal up to float summation order: the matmul library may split the work over another number of threads in
-# another process (seen once under load: 6e-8), so bit-equality is not guaranteed across processes.
-assert torch.allclose(logits, expected, rtol=0, atol=1e-5), (logits - expected).abs().max()
-assert torch.equal(logits.argmax(-1), expected.argmax(-1))
-print("fresh process OK")
-"""
-
-
 def run_without_the_package(tmp_path, checkpoint, data: dict) -> None:
-    """Saves `data` (model inputs, expected `logits`, optionally the `text` to tokenize) and runs `FRESH_PROCESS` on
+    """Saves `data` (model inputs, expected `logits`, optionally the `text` to tokenize) and runs
+    `load_without_the_package.py` on
     `checkpoint` in an interpreter that cannot import `modeling_slstm`."""
     torch.save(data, tmp_path / "data.pt")
     # -I: no PYTHONPATH, user site or cwd on sys.path; -S: no site-packages, hence no .pth files, among them the
@@ -163,7 +136,7 @@ def run_without_the_package(tmp_path, checkpoint, data: dict) -> None:
     env.update(HF_HOME=str(tmp_path / "hf_home"), HF_MODULES_CACHE=module_cache, HF_HUB_OFFLINE="1")
     arguments = [str(checkpoint), str(tmp_path / "data.pt"), module_cache, *site_dirs]
     result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", FRESH_PROCESS, *arguments],
+        [sys.executable, "-I", "-S", str(HERE / "load_without_the_package.py"), *arguments],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -211,15 +184,8 @@ def test_installed_package_loads_model_and_tokenizer_without_trust_remote_code(t
     model = build(SLSTMForTokenClassification, tagger_config(vocab_size=len(tokenizer)))
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    script = (
-        "import sys, modeling_slstm\n"
-        "from transformers import AutoModelForTokenClassification, AutoTokenizer\n"
-        "tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])\n"
-        "model = AutoModelForTokenClassification.from_pretrained(sys.argv[1])\n"
-        "print(type(tokenizer).__module__, type(model).__module__)\n"
-    )
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    command = [sys.executable, "-c", script, str(tmp_path)]
+    command = [sys.executable, str(HERE / "load_with_the_package.py"), str(tmp_path)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["modeling_slstm.tokenization_slstm", "modeling_slstm.modeling_slstm"]

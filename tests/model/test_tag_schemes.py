@@ -2,6 +2,7 @@
 
 import itertools
 import random
+import re
 
 import pytest
 
@@ -10,6 +11,7 @@ from modeling_slstm.tag_schemes import (
     allowed_transitions,
     convert_tag_sequence,
     detect_tag_scheme,
+    is_span_tag,
     label_set_scheme,
     normalize_scheme_name,
     spans_to_tags,
@@ -239,3 +241,18 @@ def test_allowed_transitions_bioes():
 def test_allowed_transitions_without_scheme():
     assert allowed_transitions(["NN", "VB"]) is None
     assert allowed_transitions(["LABEL_0", "LABEL_1", "LABEL_2"]) is None
+
+
+def test_is_span_tag_against_a_regular_expression():
+    """Every string of up to 4 characters over an alphabet of prefixes, separators and type letters: a span tag
+    exactly when it is `O` or `<B|I|E|S>-<non-empty type>`; `split_tag` splits exactly those."""
+    span_tag = re.compile(r"O|[BIES]-.+")
+    for length in range(5):
+        for characters in itertools.product("BIESO-xb", repeat=length):
+            tag = "".join(characters)
+            assert is_span_tag(tag) == bool(span_tag.fullmatch(tag)), tag
+            if is_span_tag(tag):
+                split_tag(tag)
+            else:
+                with pytest.raises(ValueError, match="malformed tag"):
+                    split_tag(tag)

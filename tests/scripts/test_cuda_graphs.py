@@ -9,7 +9,7 @@ import torch
 from transformers import DataCollatorForTokenClassification, HfArgumentParser
 
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
-from run_scripts.benchmarks import speed_measurement
+from run_scripts.benchmarks import workloads
 from run_scripts.training import gpu_batching
 from run_scripts.training.arguments import SLSTMTrainingArguments
 
@@ -40,7 +40,7 @@ def test_cuda_graphs_refuses_to_run_without_a_cuda_gpu(tmp_path):
 def test_gpu_batches_of_a_corpus_take_few_shapes(shared_data):
     # Every batch is padded to its longest sentence, so its width is the padded length of some sentence: a corpus has
     # at most as many batch widths (and captured graphs per batch size) as padded sentence lengths.
-    lengths = set(speed_measurement.corpus_lengths(shared_data("conll2003").parent, "conll2003-ner"))
+    lengths = set(workloads.corpus_lengths(shared_data("conll2003").parent, "conll2003-ner"))
     tokenizer = build_word_tokenizer([["a"]])
     cuda = SimpleNamespace(device=torch.device("cuda"))
     collator = gpu_batching.data_collator(DataCollatorForTokenClassification, tokenizer, cuda)

@@ -141,6 +141,11 @@ def test_unseen_label_error():
     raw = {"train": [{"tags": ["O"]}], "validation": [{"tags": ["B-NEW", "O"]}]}
     with pytest.raises(ValueError, match=r"validation split has labels .*\['B-NEW'\]"):
         data.check_labels_known(raw, ["O"], "tags", sequence=True)
+    # Continuing from a checkpoint, the training split must keep to the checkpoint's labels too.
+    raw = {"train": [{"tags": ["B-NEW"]}], "validation": [{"tags": ["O"]}]}
+    data.check_labels_known(raw, ["O"], "tags", sequence=True)
+    with pytest.raises(ValueError, match=r"train split has labels .*\(not among the labels of saved/\): \['B-NEW'\]"):
+        data.check_labels_known(raw, ["O"], "tags", sequence=True, checkpoint="saved/")
 
 
 def data_args(**files):

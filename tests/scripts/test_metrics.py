@@ -8,8 +8,10 @@ from seqeval.metrics import f1_score as seqeval_f1
 from sklearn.metrics import accuracy_score, f1_score
 from transformers import EvalPrediction
 
-from run_scripts.run_classification import classification_metrics, predicted_ids
-from run_scripts.run_ner import decode_tags, in_scheme, score_tags
+from run_scripts.run_classification import classification_metrics
+from run_scripts.run_ner import decode_tags, score_tags
+from run_scripts.training.evaluation import predicted_ids
+from run_scripts.training.tag_scheme_decisions import in_scheme
 
 LABELS = ["neg", "pos"]
 

@@ -5,25 +5,18 @@ results table checked against `statistics` on planted results."""
 import json
 import statistics
 import sys
+from pathlib import Path
 
 import pytest
+from helpers import markdown_rows
 
 from run_scripts import paper_runs
+from run_scripts.training.arguments import ModelArguments
+from run_scripts.training.model_setup import load_fresh_config
 
-# Stands in for the interpreter: records its arguments, and finishes the run as a training script would, writing the
-# results files of the splits it was asked for (dev score 0.5, test score 0.25, 4 epochs in 100 s).
-FAKE_PYTHON = """#!/usr/bin/env bash
-echo "$@" >> "$RECORD"
-while [ $# -gt 0 ]; do
-    case $1 in --output_dir) output=$2 ;; --do_predict) test=', "test_accuracy": 0.25, "test_f1": 0.25' ;; esac
-    shift
-done
-mkdir -p "$output"
-echo "{\\"eval_accuracy\\": 0.5, \\"eval_f1\\": 0.5, \\"epoch\\": 4, \\"train_runtime\\": 100.0$test}" > "$output/all_results.json"
-echo '{}' > "$output/eval_results.json"
-[ -n "$test" ] && echo '{}' > "$output/test_results.json"
-exit 0
-"""
+# Stands in for the interpreter (beside this file): records its arguments and finishes a run as a training script
+# would.
+FAKE_PYTHON = Path(__file__).parent / "fake_python.sh"
 
 
 def parse(*argv: str) -> paper_runs.DriverArguments:
@@ -99,13 +92,97 @@ def test_run_names_and_groups():
         parse("--runs", "conll_ner")
 
 
+def named_setting(name: str) -> dict:
+    """What a run's name says it trains, by the naming of docs/results.md: the task, the config (the S-LSTM's paper
+    config, `selected_`: the one chosen on dev; `bilstm_`/`bilstm2_`/`cnn3_`/`transformer5_`/`feed_forward_`: that
+    baseline), the inputs (`_chars`, `_words`; CoNLL runs default to characters, classification to words), the
+    MiniLM features (`features`, `features_finetuned`) and the fine-tuned MiniLM alone (`finetuned_minilm`)."""
+    task = next(task for task in ("apparel", "movie_review", "pos", "ner") if task in name)
+    if name.startswith("finetuned_minilm"):
+        return {"task": task, "config": None, "settings": {}, "features": "", "pretrained_encoder": True}
+    kind = {"ner": "ner-crf", "pos": "pos"}.get(task, "classification")
+    slstm = {"ner": "slstm-ner-crf", "pos": "slstm-pos"}.get(task, "slstm-classification-paper")
+    model = next((m for m in ("bilstm2", "bilstm", "cnn3", "transformer5", "feed_forward") if name.startswith(m + "_")),
+                 None)  # fmt: skip
+    baseline = {"bilstm": "bilstm1", "feed_forward": "feed_forward1"}.get(model, model)
+    config = f"baselines/{baseline}-{kind}" if model else "slstm-classification" if "selected" in name else slstm
+    chars = "_chars" in name or (task in ("ner", "pos") and "_words" not in name)
+    settings = {"use_char_features": "true" if chars else "false"}
+    if model == "bilstm" and "selected" in name:
+        settings["hidden_size"] = "1200"  # the BiLSTM's point chosen on dev
+    features = "finetuned" if "features_finetuned" in name else "frozen" if "features" in name else ""
+    return {"task": task, "config": f"hub_configs/{config}.json", "settings": settings, "features": features,
+            "pretrained_encoder": False}  # fmt: skip
+
+
+STUDY_SETTINGS = {"steps": "num_steps", "initial_state": "initial_state", "pooling": "classifier_pooling",
+                  "dropout": "embedding_dropout", "hidden": "hidden_size", "sentence_nodes": "num_sentence_nodes",
+                  "window": "window_size"}  # fmt: skip
+
+
+def named_study_point(name: str) -> tuple[str, dict, tuple]:
+    """`(config, settings, flags)` a study point's name says: words only, and each `key=value` of the name one
+    change of the reference (the S-LSTM's paper config, or the BiLSTM's with `bilstm`)."""
+    config, settings, flags = "hub_configs/slstm-classification-paper.json", {"use_char_features": "false"}, ()
+    for part in name.split(","):
+        if part == "bilstm":
+            config = "hub_configs/baselines/bilstm1-classification.json"
+        elif part == "l2=0.001":
+            flags = ("--l2_regularization", "0.001")
+        elif part in ("context_independent_content", "no_output_gate"):
+            settings[{"no_output_gate": "remove_output_gate"}.get(part, part)] = "true"
+        elif part != "paper":
+            key, value = part.split("=")
+            settings[STUDY_SETTINGS[key]] = value
+    return config, settings, flags
+
+
+def test_every_run_trains_what_its_name_says():
+    """Each run's task, config, overrides, features and flags against what its name says (`named_setting`,
+    `named_study_point`): a run switched to another config or input, or a study point changing another setting,
+    fails here."""
+    for full_name, run in paper_runs.ALL_RUNS.items():
+        if run.protocol is paper_runs.CLASSIFICATION_STUDY:
+            assert (run.task, run.features) == ("movie_review", ""), full_name
+            assert (run.config, run.settings, run.flags) == named_study_point(run.name), full_name
+            continue
+        expected = named_setting(run.name)
+        assert {"task": run.task, "config": run.config, "settings": run.settings, "features": run.features,
+                "pretrained_encoder": run.pretrained_encoder} == expected, full_name  # fmt: skip
+        learning_rate = run.name.partition("_lr")[2]
+        assert run.flags == (("--tag_scheme", "iob2") if run.name == "finetuned_minilm_conll_ner" else ()) + (
+            ("--learning_rate", learning_rate) if learning_rate else ()
+        ), full_name
+
+
+def test_every_config_and_override_loads():
+    """Every run's config file exists and takes its overrides as the training scripts read them (an unknown setting
+    or a value the config rejects raises)."""
+    for full_name, run in paper_runs.ALL_RUNS.items():
+        if run.config is None:
+            continue
+        config = load_fresh_config(ModelArguments(config_name=run.config, config_overrides=run.overrides))
+        for key, value in run.settings.items():
+            assert str(getattr(config, key)).lower() == value.lower(), (full_name, key)
+
+
+def test_a_run_gets_its_thread_count_whatever_the_environment_says(tmp_path, fake_python, monkeypatch):
+    """`--threads_per_run` is every run's OMP_NUM_THREADS, also where the driver's own environment sets another."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    argv = ["--runs", "conll_ner_words", "movie_review_words", "--runs_dir", str(tmp_path / "runs"),
+            "--threads_per_run", "2"]  # fmt: skip
+    paper_runs.main(argv)
+    assert (tmp_path / "commands.txt.threads").read_text().split() == ["2", "2"]
+    assert paper_runs.environment(parse(*argv))["OMP_NUM_THREADS"] == "2"
+    paper_runs.main([*argv[:-2], "--seeds", "43"])  # the default: one thread per run
+    assert (tmp_path / "commands.txt.threads").read_text().split() == ["2", "2", "1", "1"]
+
+
 @pytest.fixture
 def fake_python(tmp_path, monkeypatch):
     """The driver's interpreter replaced by FAKE_PYTHON; returns the file of the command lines it received."""
-    fake, record = tmp_path / "fake_python", tmp_path / "commands.txt"
-    fake.write_text(FAKE_PYTHON)
-    fake.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(fake))
+    record = tmp_path / "commands.txt"
+    monkeypatch.setattr(sys, "executable", str(FAKE_PYTHON))
     monkeypatch.setattr(paper_runs, "precision_flags", list)
     monkeypatch.setenv("RECORD", str(record))
     return record
@@ -134,14 +211,19 @@ def test_finished_runs_are_skipped_and_unfinished_ones_resume(tmp_path, fake_pyt
     fake_python.unlink()
     paper_runs.main(argv)
     assert not fake_python.exists()
-    table = (runs / "paper_runs.md").read_text()
-    assert "| movie_review_words | movie_review | 2/2 | 50.00 ± 0.00 | 25.00 ± 0.00 |" in table
+    rows = {row["run"]: row for row in markdown_rows((runs / "paper_runs.md").read_text())}
+    assert rows["movie_review_words"]["seeds done"] == "2/2"
+    assert (rows["movie_review_words"]["dev (mean ± sd)"], rows["movie_review_words"]["test (mean ± sd)"]) == (
+        "50.00 ± 0.00", "25.00 ± 0.00"
+    )  # fmt: skip
     dev, test = [90.0, 50.0], [80.0, 25.0]
-    assert (
-        f"| conll_ner_words | ner | 2/2 | {statistics.mean(dev):.2f} ± {statistics.stdev(dev):.2f} | "
-        f"{statistics.mean(test):.2f} ± {statistics.stdev(test):.2f} | 42: 90.00 / 80.00, 43: 50.00 / 25.00 | 10, 4 | "
-        f"{statistics.mean([100.0, 25.0]):.0f} |"
-    ) in table
+    assert rows["conll_ner_words"] == {
+        "run": "conll_ner_words", "factor or task": "ner", "seeds done": "2/2",
+        "dev (mean ± sd)": f"{statistics.mean(dev):.2f} ± {statistics.stdev(dev):.2f}",
+        "test (mean ± sd)": f"{statistics.mean(test):.2f} ± {statistics.stdev(test):.2f}",
+        "per seed: dev / test": "42: 90.00 / 80.00, 43: 50.00 / 25.00", "epochs": "10, 4",
+        "s/epoch": f"{statistics.mean([100.0, 25.0]):.0f}",
+    }  # fmt: skip
 
 
 def test_parallel_study_runs_each_log_in_their_folder(tmp_path, fake_python):
@@ -153,8 +235,13 @@ def test_parallel_study_runs_each_log_in_their_folder(tmp_path, fake_python):
     for point in ("paper", "window=2"):
         for seed in (42, 43):
             assert (runs / "classification_study" / point / f"seed{seed}" / "run.log").exists()
-    table = (tmp_path / "report" / "classification_study.md").read_text()
-    assert "| paper | reference | 2/2 | 50.00 ± 0.00 | – | 42: 50.00, 43: 50.00 | 4, 4 | 25 |" in table
+    rows = {row["run"]: row for row in markdown_rows((tmp_path / "report" / "classification_study.md").read_text())}
+    assert list(rows) == ["paper", "window=2"]
+    assert {key: rows["paper"][key] for key in ("factor or task", "seeds done", "dev (mean ± sd)", "test (mean ± sd)",
+                                                "per seed: dev / test", "epochs", "s/epoch")} == {
+        "factor or task": "reference", "seeds done": "2/2", "dev (mean ± sd)": "50.00 ± 0.00", "test (mean ± sd)": "–",
+        "per seed: dev / test": "42: 50.00, 43: 50.00", "epochs": "4, 4", "s/epoch": "25",
+    }  # fmt: skip
 
 
 def plant_result(folder, accuracy, epochs=5, runtime=1000.0, log=""):
@@ -176,13 +263,12 @@ def test_study_table_and_plot_of_the_finished_runs(tmp_path):
     (runs / "l2=0.001" / "seed42").mkdir(parents=True)  # started, not finished: not in the table
     paper_runs.main(["--runs", "classification_study", "--seeds", "42", "43", "44", "--runs_dir",
                      str(tmp_path / "runs"), "--report_dir", str(report), "--collect_only"])  # fmt: skip
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in
-            (report / "classification_study.md").read_text().splitlines()[2:]}  # fmt: skip
+    rows = {row["run"]: row for row in markdown_rows((report / "classification_study.md").read_text())}
     for point, values in accuracies.items():
         percents = [100 * value for value in values]
-        assert rows[point][2] == f"{len(values)}/3"
-        assert rows[point][3] == f"{statistics.mean(percents):.2f} ± {statistics.stdev(percents):.2f}"
-    assert rows["l2=0.001"][2] == "0/3" and rows["l2=0.001"][3] == "–"
+        assert rows[point]["seeds done"] == f"{len(values)}/3"
+        assert rows[point]["dev (mean ± sd)"] == f"{statistics.mean(percents):.2f} ± {statistics.stdev(percents):.2f}"
+    assert rows["l2=0.001"]["seeds done"] == "0/3" and rows["l2=0.001"]["dev (mean ± sd)"] == "–"
     assert (report / "classification_study.png").stat().st_size > 0
     assert not (report / "paper_runs.md").exists()
 

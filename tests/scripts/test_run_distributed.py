@@ -12,6 +12,7 @@
 
 import math
 import sys
+from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
@@ -29,6 +30,7 @@ from script_helpers import (
 from run_scripts.training import data
 
 pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent  # the instrumented run_ner.py scripts beside this file
 
 
 def accelerate_flags(port: int) -> list[str]:
@@ -124,78 +126,16 @@ def test_learning_rate_decays_per_epoch_with_two_processes_and_gradient_accumula
     assert {round(entry["learning_rate"], 6) for entry in steps} == {0.01, 0.005, 0.0025}
 
 
-def run_ner_with(trainer_code: str, own_arguments: int = 0) -> str:
-    """The source of a script that runs run_ner.py's main() with `InstrumentedTrainer`, a subclass of
-    `run_ner.SLSTMTrainer` defined by `trainer_code`, in its place. The script's first `own_arguments` arguments are
-    its own (`trainer_code` reads them from `sys.argv`), the rest run_ner.py's."""
-    harness = "import sys\nfrom run_scripts import run_ner\n"
-    run = f'run_ner.SLSTMTrainer = InstrumentedTrainer\nsys.argv = ["run_ner.py", *sys.argv[{own_arguments + 1}:]]\n'
-    return f"{harness}{trainer_code}\n{run}run_ner.main()\n"
-
-
-# Records, in each process, the trainer's model wrapper and whether it is still alive when `SLSTMTrainer.end()`
-# destroys the process group.
-RECORD_WRAPPER_AT_DESTROY = run_ner_with("""
-import weakref
-import torch.distributed
-
-
-class InstrumentedTrainer(run_ner.SLSTMTrainer):
-    def end(self):
-        name, wrapper = type(self.model_wrapped).__name__, weakref.ref(self.model_wrapped)
-        destroy = torch.distributed.destroy_process_group
-
-        def recording_destroy(*args, **kwargs):
-            print(f"{name} alive at destroy_process_group: {wrapper() is not None}", flush=True)
-            return destroy(*args, **kwargs)
-
-        torch.distributed.destroy_process_group = recording_destroy
-        super().end()
-""")
-
-
 def test_model_wrapper_is_freed_before_the_process_group_is_destroyed(tmp_path):
     """Each process frees its DistributedDataParallel wrapper before the process group is destroyed. Freed after it,
     the wrapper's gradient reducer drops the gloo group's last reference and the group's destructor waits for gloo's
     threads while holding the GIL that one of them may need: a process that hangs after saving everything (seen in
     2 of 64 two-process runs while another such run shared the two cores)."""
     paths = write_generated_ner(tmp_path, n_train=16)
-    script = tmp_path / "record_wrapper_at_destroy.py"
-    script.write_text(RECORD_WRAPPER_AT_DESTROY, encoding="utf-8")
     command = ner_command(paths, tmp_path / "out", 4, do_eval=None, do_predict=None, max_steps=1)
+    script = HERE / "run_ner_recording_the_wrapper_at_destroy.py"
     result = run_subprocess([*torchrun(free_port()), str(script), *command[1:]])
     assert result.stdout.count("DistributedDataParallel alive at destroy_process_group: False") == 2, result.stdout
-
-
-# A test callback: it appends the global step after every optimizer step of this process to a file and, given a
-# step > 0, SIGKILLs the process right after that step's checkpoint is saved (a hard kill mid-run at a deterministic
-# point). The script's own arguments: the steps file, the kill step (0: none).
-INSTRUMENTED_RUN_NER = run_ner_with(
-    """
-import os, signal
-from transformers import TrainerCallback
-
-steps_file, kill_step = sys.argv[1], int(sys.argv[2])
-
-
-class RecordStepsThenKill(TrainerCallback):
-    def on_step_end(self, args, state, control, **kwargs):
-        with open(steps_file, "a") as file:
-            file.write(f"{state.global_step}\\n")
-
-    def on_save(self, args, state, control, **kwargs):
-        if kill_step and state.global_step >= kill_step:
-            print(f"killing the run after saving step {state.global_step}", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-class InstrumentedTrainer(run_ner.SLSTMTrainer):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.add_callback(RecordStepsThenKill())
-""",
-    own_arguments=2,
-)
 
 
 def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
@@ -225,7 +165,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
             max_grad_norm=3,
             **more,
         )
-        args = [sys.executable, "-c", INSTRUMENTED_RUN_NER, str(steps_file), str(kill_at), *command[1:]]
+        script = HERE / "run_ner_recording_steps_then_killed.py"
+        args = [sys.executable, str(script), str(steps_file), str(kill_at), *command[1:]]
         return run_subprocess(args, check=check)
 
     def steps_done(steps_file):

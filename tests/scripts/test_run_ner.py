@@ -14,6 +14,7 @@ from script_helpers import (
 )
 
 from run_scripts.training import data
+from run_scripts.training.tag_scheme_decisions import in_scheme
 
 
 def check_predictions(path, test_file, scheme_prefixes="BIO"):
@@ -209,8 +210,8 @@ def test_span_metrics_score_the_written_iob2_form():
     )
     assert (decoded_gold, decoded_predicted) == ([gold], [predicted])
     written_gold, written_predicted = [["B-PER", "O", "B-PER", "I-PER"]], [["B-PER", "O", "B-PER", "I-PER"]]
-    assert [run_ner.in_scheme(gold, "BIOES", "IOB2")] == written_gold
-    assert [run_ner.in_scheme(predicted, "BIOES", "IOB2")] == written_predicted
+    assert [in_scheme(gold, "BIOES", "IOB2")] == written_gold
+    assert [in_scheme(predicted, "BIOES", "IOB2")] == written_predicted
     scores = run_ner.score_tags(written_gold, written_predicted, span_task=True, strict=True, per_type=True)
     assert scores["f1"] == f1_score(written_gold, written_predicted, mode="strict", scheme=IOB2) == 1.0
     assert f1_score([gold], [predicted], mode="strict", scheme=IOBES) < 1.0

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,56 +25,8 @@ from run_scripts.training.model_card import model_description, write_model_card
 REPO_ID = "someone/slstm-tiny-ner"
 PUSHED_REPO_ID = "someone/slstm-pushed-by-the-model"
 TEXT = "the Mr Smith went in New York ."
-
-MODEL_PUSH = r"""
-import sys
-import modeling_slstm  # registers the Auto classes, as a user of the installed package has them
-from transformers import AutoModelForTokenClassification, AutoTokenizer
-folder, repo_id = sys.argv[1:]
-AutoModelForTokenClassification.from_pretrained(folder).push_to_hub(repo_id)
-AutoTokenizer.from_pretrained(folder).push_to_hub(repo_id)
-"""
-
-FRESH_PROCESS = r"""
-import hashlib, importlib.util, json, os, sys
-repo_id, text, module_cache, *site_dirs = sys.argv[1:]
-sys.path = [p for p in sys.path if p] + site_dirs  # stdlib (from -I -S) + bare site-packages, no .pth files
-assert importlib.util.find_spec("modeling_slstm") is None, "modeling_slstm is importable: the test proves nothing"
-
-class NoTriton:  # a machine without Triton (CPU-only wheels, macOS, Windows), whatever this one has installed
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] == "triton":
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-
-sys.meta_path.insert(0, NoTriton())
-from huggingface_hub import snapshot_download
-from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
-folder = snapshot_download(repo_id)
-blobs = {}
-for root, _, names in os.walk(folder):
-    for name in names:
-        data = open(os.path.join(root, name), "rb").read()
-        blobs[os.path.relpath(os.path.join(root, name), folder)] = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-model = AutoModelForTokenClassification.from_pretrained(repo_id, trust_remote_code=True).eval()
-tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)
-assert "modeling_slstm" not in sys.modules and "triton" not in sys.modules
-local_model = AutoModelForTokenClassification.from_pretrained(folder, trust_remote_code=True).eval()
-local_model.config.step_implementation = "triton"
-try:
-    local_model(**tokenizer(text, return_tensors="pt"))
-except ValueError as error:
-    assert "step_implementation='triton' cannot run the fused step here: triton cannot be imported" in str(error), error
-else:
-    raise AssertionError("step_implementation='triton' ran without Triton")
-local_model.config.step_implementation = "auto"
-local_ids = local_model(**tokenizer(text, return_tensors="pt")).logits.argmax(-1)[0].tolist()
-code_files = [sys.modules[type(item).__module__].__file__ for item in (model, tokenizer)]
-assert all(path.startswith(module_cache) for path in code_files), code_files
-tagger = pipeline("token-classification", model=model, tokenizer=tokenizer)
-ids = model(**tokenizer(text, return_tensors="pt")).logits.argmax(-1)[0].tolist()
-print("RESULT " + json.dumps({"blobs": blobs, "ids": ids, "local_ids": local_ids, "entities": [e["entity"] for e in tagger(text)],
-                              "module": type(model).__module__, "tokenizer": type(tokenizer).__name__}))
-"""
+MODEL_PUSH = Path(__file__).parent / "push_with_the_model.py"
+FRESH_PROCESS = Path(__file__).parent / "load_from_the_hub_without_the_package.py"
 
 
 @pytest.fixture
@@ -102,17 +55,17 @@ def run(command: list[str], env: dict, cwd, timeout: int = 300) -> str:
 
 
 def load_in_a_fresh_process(hub: HubStandIn, repo_id: str, tmp_path) -> dict:
-    """Runs `FRESH_PROCESS` for `repo_id`: an interpreter that cannot import `modeling_slstm` (-I: no PYTHONPATH,
-    user site or cwd on sys.path; -S: no .pth files, among them the editable install's finder) nor `triton`, with
-    an empty cache and module cache, so that every file, the code included, comes from the stand-in. It loads the
-    model by repo id and from the downloaded folder, which runs the readable step and refuses
-    `step_implementation="triton"` with a message that names Triton."""
+    """Runs `load_from_the_hub_without_the_package.py` for `repo_id`: an interpreter that cannot import
+    `modeling_slstm` (-I: no PYTHONPATH, user site or cwd on sys.path; -S: no .pth files, among them the editable
+    install's finder) nor `triton`, with an empty cache and module cache, so that every file, the code included, comes
+    from the stand-in. It loads the model by repo id and from the downloaded folder, which runs the readable step and
+    refuses `step_implementation="triton"` with a message that names Triton."""
     site_dirs = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     assert not any(os.path.isdir(os.path.join(d, "modeling_slstm")) for d in site_dirs), "non-editable install found"
     module_cache = str(tmp_path / f"modules-{repo_id.replace('/', '--')}")
     env = {k: v for k, v in hub.env.items() if k != "PYTHONPATH"}
     env.update(HF_HOME=str(tmp_path / f"fresh-home-{repo_id.replace('/', '--')}"), HF_MODULES_CACHE=module_cache)
-    stdout = run([sys.executable, "-I", "-S", "-c", FRESH_PROCESS, repo_id, TEXT, module_cache, *site_dirs],
+    stdout = run([sys.executable, "-I", "-S", str(FRESH_PROCESS), repo_id, TEXT, module_cache, *site_dirs],
                  env, cwd=tmp_path)  # fmt: skip
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert lines, stdout[-2000:]
@@ -174,7 +127,7 @@ def test_push_to_hub_commit_and_fresh_load(tmp_path, hub):
     assert loaded["ids"] == loaded["local_ids"] == expected_tags(out)
 
     # The same model pushed by `model.push_to_hub` and `tokenizer.push_to_hub`, without the training script.
-    run([sys.executable, "-c", MODEL_PUSH, str(out), PUSHED_REPO_ID], {**hub.env, "PYTHONPATH": str(REPO)}, tmp_path)
+    run([sys.executable, str(MODEL_PUSH), str(out), PUSHED_REPO_ID], {**hub.env, "PYTHONPATH": str(REPO)}, tmp_path)
     pushed = hub.files(PUSHED_REPO_ID)
     for name in ("config.json", "model.safetensors", "tokenizer.json", *code_files):
         assert name in pushed, (name, sorted(pushed))
