@@ -920,8 +920,11 @@ ID_TABLES: dict[tuple[tuple[int, ...], torch.device], torch.LongTensor] = {}
 
 def id_table(ids: tuple[int, ...], device: torch.device) -> torch.LongTensor:
     """`ids` as a tensor on `device`, made once per device (`ID_TABLES`): made at every call, its copy to a GPU would
-    wait for the GPU's queued work."""
+    wait for the GPU's queued work. While `torch.compile` or `torch.export` traces, made afresh: a traced tensor kept
+    in the table would be what every later eager call reads."""
     key = (ids, device)
+    if torch.compiler.is_compiling():
+        return torch.tensor(ids, device=device)
     if key not in ID_TABLES:
         ID_TABLES[key] = torch.tensor(ids, device=device)
     return ID_TABLES[key]
