@@ -5,6 +5,7 @@ from transformers import PreTrainedConfig
 from modeling_slstm.configuration_slstm import (
     CLASSIFIER_POOLINGS,
     FEATURE_ENCODER_SUB_CONFIG,
+    STEP_IMPLEMENTATIONS,
     validate_char_settings,
     validate_dropouts,
     validate_feature_settings,
@@ -59,9 +60,10 @@ class BaselineEncoderConfig(PreTrainedConfig):
             Transformer positions: fixed `"sinusoidal"` or `"learned"` (`max_position_embeddings` rows).
         max_position_embeddings (`int`, *optional*, defaults to 1024):
             Longest input for learned positions.
-        classifier_dropout, classifier_pooling, use_crf, crf_constraints, head_tag_scheme, initializer_range,
-        pad_token_id, bos_token_id, eos_token_id: the head and embedding fields, with the same meaning and defaults as
-            [`SLSTMConfig`]. `classifier_pooling="sentence"` reads the encoder's `pooler_output`: for a BiLSTM the
+        classifier_dropout, classifier_pooling, use_crf, crf_constraints, head_tag_scheme, step_implementation,
+        initializer_range, pad_token_id, bos_token_id, eos_token_id: the head and embedding fields, with the same
+            meaning and defaults as [`SLSTMConfig`] (`step_implementation` chooses the CRF's plain loops or its Triton
+            kernels; the encoders here have no S-LSTM step). `classifier_pooling="sentence"` reads the encoder's `pooler_output`: for a BiLSTM the
             final forward state concatenated with the final backward state; for a CNN or a Transformer the masked
             mean of the outputs (they have no sentence state).
 
@@ -106,6 +108,7 @@ class BaselineEncoderConfig(PreTrainedConfig):
         use_crf: bool = False,
         crf_constraints: bool = True,
         head_tag_scheme: str | None = None,
+        step_implementation: str = "auto",
         initializer_range: float = 0.1,
         pad_token_id: int = 0,
         bos_token_id: int = 2,
@@ -138,6 +141,7 @@ class BaselineEncoderConfig(PreTrainedConfig):
         self.use_crf = use_crf
         self.crf_constraints = crf_constraints
         self.head_tag_scheme = head_tag_scheme
+        self.step_implementation = step_implementation
         self.initializer_range = initializer_range
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
@@ -166,6 +170,11 @@ class BaselineEncoderConfig(PreTrainedConfig):
         if self.encoder_type == "bilstm" and self.hidden_size % 2:
             raise ValueError(
                 f"A BiLSTM splits hidden_size between its two directions: it must be even, got {self.hidden_size}"
+            )
+        if self.step_implementation not in STEP_IMPLEMENTATIONS:
+            raise ValueError(
+                f"BaselineEncoderConfig.step_implementation must be one of {STEP_IMPLEMENTATIONS}, got "
+                f"{self.step_implementation!r}"
             )
         if self.encoder_type == "cnn" and self.kernel_size % 2 == 0:
             raise ValueError(f"BaselineEncoderConfig.kernel_size must be odd, got {self.kernel_size}")

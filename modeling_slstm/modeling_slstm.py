@@ -1129,12 +1129,13 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
             if self.bioes is not None:
                 scores = nn.functional.log_softmax(emissions.float(), dim=-1)  # (batch, seq, head tags)
         else:
+            implementation = self.config.step_implementation  # the CRF's plain loops or its kernels
             if labels is not None:
                 chain = (head_tag_ids != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
-                loss = self.crf(emissions, head_tag_ids, chain, "mean", self.config.step_implementation)
+                loss = self.crf(emissions, head_tag_ids, chain, reduction="mean", implementation=implementation)
             else:
                 chain = crf_inference_chain(input_ids, real_token_mask(attention_mask, emissions), self.config)
-            max_marginals = self.crf.max_marginals(emissions, chain, self.config.step_implementation)
+            max_marginals = self.crf.max_marginals(emissions, chain, implementation=implementation)
             scores, combine = max_marginals, torch.maximum  # (batch, seq, head tags)
         logits = scores if self.bioes is None else iob2_label_scores(scores, self.bioes, combine)  # (batch, seq, L)
         if not return_dict:

@@ -118,8 +118,8 @@ def crf_calls(crf: torch.nn.Module, inputs: list[tuple[tuple, dict]]) -> dict:
 
     def viterbi():
         with torch.no_grad():
-            for (emissions, tags, chain, *_), _ in inputs:
-                crf.max_marginals(emissions, chain)
+            for (emissions, _tags, chain), kwargs in inputs:
+                crf.max_marginals(emissions, chain, implementation=kwargs["implementation"])
 
     def both():
         forward_algorithm()
