@@ -78,7 +78,7 @@ def read_csv(path: Path) -> list[dict]:
     def parse(key: str, value: str | None):
         if key in TEXT_FIELDS:
             return value or ""
-        if not value:
+        if not value or value == "nan":  # not measured (write_csv writes a missing count as nan)
             return float("nan")
         return int(value) if key in INTEGER_FIELDS else float(value)
 
@@ -395,34 +395,53 @@ def save_small_png(figure, path: Path, dpi: int = 72) -> Path:
     return path
 
 
+LENGTH_PLOT_STEPS = {"eager": "readable step", "fused+graphs": "fused step + CUDA graphs"}
+"""The S-LSTM step variants drawn beside the package's default (`slstm`) in the length plot, with their labels."""
+
+
+def length_plot_series(row: dict) -> tuple[str, str] | None:
+    """`(precision, series label)` of a row in the length plot: every model in `fp32`/`bf16`, and the S-LSTM's step
+    variants of `LENGTH_PLOT_STEPS` (`bf16+fused+graphs` -> `slstm, fused step + CUDA graphs`); None for the rest."""
+    precision, _, step = row["variant"].partition("+")
+    if precision not in ("fp32", "bf16"):
+        return None
+    if not step:
+        return precision, row["model"]
+    return (precision, f"{row['model']}, {LENGTH_PLOT_STEPS[step]}") if step in LENGTH_PLOT_STEPS else None
+
+
 def write_length_plot(rows: list[dict], path: Path, batch: int = 32) -> Path:
     """Training tokens/s against sentence length (random batches of `batch` sentences): one panel per machine and
-    precision (fp32, bf16), one line per model (S-LSTMs solid, baselines dashed), log scales; a PNG small enough for
-    the docs."""
+    precision (fp32, bf16), one line per model and S-LSTM step variant (`length_plot_series`; S-LSTMs solid,
+    baselines dashed), log scales; a PNG small enough for the docs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = [r for r in rows if (r["data"], r["mode"], r["batch"]) == (RANDOM, "train", batch)]
-    rows = [r for r in rows if r["variant"] in ("fp32", "bf16")]
-    panels = sorted({(r["device_name"], r["variant"]) for r in rows}, key=lambda p: (p[0], p[1] != "fp32"))
-    colors = dict(zip(sorted({r["model"] for r in rows}), SERIES_COLORS, strict=False))
+    series_of = {id(r): length_plot_series(r) for r in rows}
+    rows = [r for r in rows if series_of[id(r)] is not None]
+    panels = sorted({(r["device_name"], series_of[id(r)][0]) for r in rows}, key=lambda p: (p[0], p[1] != "fp32"))
+    colors = dict(zip(sorted({series_of[id(r)][1] for r in rows}), SERIES_COLORS, strict=False))
     columns = 2
     figure, axes = plt.subplots(
         math.ceil(len(panels) / columns), columns, figsize=(9, 3 * math.ceil(len(panels) / columns)), squeeze=False
     )
-    for (device_name, variant), axis in zip(panels, axes.flat):
-        for model, color in colors.items():
-            points = points_by_length(rows, "tokens_per_s", device_name=device_name, variant=variant, model=model)
+    for (device_name, precision), axis in zip(panels, axes.flat):
+        for label, color in colors.items():
+            points = {}
+            for row in rows:
+                if row["device_name"] == device_name and series_of[id(row)] == (precision, label):
+                    points.setdefault(row["length"], row["tokens_per_s"])
             if points:
-                style = "-o" if model.startswith("slstm") else "--s"
-                axis.plot(*zip(*sorted(points.items())), style, color=color, label=model, markersize=5, linewidth=2)
+                style = "-o" if label.startswith("slstm") else "--s"
+                axis.plot(*zip(*sorted(points.items())), style, color=color, label=label, markersize=5, linewidth=2)
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.set_xlabel("sentence length (tokens)")
         axis.set_ylabel("training tokens/s")
-        axis.set_title(f"{device_name}, {variant}, batch {batch}", fontsize=8)
+        axis.set_title(f"{device_name}, {precision}, batch {batch}", fontsize=8)
         axis.grid(True, which="both", alpha=0.3)
         axis.legend(fontsize=6, loc="best")
     for axis in list(axes.flat)[len(panels) :]:

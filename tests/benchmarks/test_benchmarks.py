@@ -3,7 +3,9 @@ reference S-LSTM, and the pictures of docs/benchmarks.md."""
 
 import csv
 import json
+import math
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -217,22 +219,30 @@ def series_in_picture(path) -> tuple[tuple[int, int], int]:
 
 def test_docs_pictures_show_every_model_and_setting_of_their_csvs(tmp_path):
     """The pictures of docs/benchmarks.md, drawn again from the CSVs beside them, and the committed ones: each shows
-    one series per model (training, batch 32) or thread setting that the CSVs hold, counted from the decoded
-    pixels, at the size the plot code sets (72 dpi)."""
+    one line per model (training, batch 32, fp32 or bf16) and S-LSTM step variant drawn (readable, fused + CUDA
+    graphs) that the CSVs hold at two lengths or more on one machine (a lone point covers no more pixels than its
+    legend entry), or per thread setting, counted from the decoded pixels, at the size the plot code sets (72 dpi,
+    two panels a row, one panel per machine and precision)."""
     from run_scripts.benchmarks import docs_plots
 
     benchmarks = REPO / "docs" / "benchmarks"
-    models = set()
+    lengths = defaultdict(set)  # (machine, precision, model, step variant) -> lengths
     for path in [*benchmarks.glob("speed_*.csv"), *benchmarks.glob("quick_*.csv")]:
         with path.open() as handle:
-            models |= {row["model"] for row in csv.DictReader(handle) if (row["mode"], row["batch"]) == ("train", "32")
-                       and row["variant"] in ("fp32", "bf16")}  # fmt: skip
+            for row in csv.DictReader(handle):
+                drawn = row["variant"] in ("fp32", "bf16") or row["variant"].endswith(("+eager", "+fused+graphs"))
+                if (row["mode"], row["batch"], row.get("data") or "random") == ("train", "32", "random") and drawn:
+                    precision, _, step = row["variant"].partition("+")
+                    lengths[row["device_name"], precision, row["model"], step].add(row["length"])
+    panels = {(machine, precision) for machine, precision, *_ in lengths}
+    series = {(model, step) for (*_, model, step), measured in lengths.items() if len(measured) > 1}
     with (benchmarks / "busy_machine_avx512_family25_2cores.csv").open() as handle:
         settings = {row["setting"] for row in csv.DictReader(handle)}
-    assert len(models) == 6 and len(settings) == 5
+    assert len(series) == 5 and len(settings) == 5
     written = docs_plots.main(["--output_dir", str(tmp_path)])
     assert [path.name for path in written] == ["tokens_per_length.png", "busy_machine_avx512_family25_2cores.png"]
+    size = (9 * 72, math.ceil(len(panels) / 2) * 3 * 72)
     for folder in (tmp_path, benchmarks):
-        assert series_in_picture(folder / "tokens_per_length.png") == ((9 * 72, 2 * 3 * 72), len(models))
+        assert series_in_picture(folder / "tokens_per_length.png") == (size, len(series))
         assert series_in_picture(folder / "busy_machine_avx512_family25_2cores.png") == ((7 * 72, 230), len(settings))
         assert (folder / "tokens_per_length.png").stat().st_size < 40_000
