@@ -10,15 +10,17 @@ from triton.compiler import ASTSource
 
 from modeling_slstm import triton_kernels
 
-FLOAT32_POINTERS = ("mask_ptr", "saved_cells_ptr", "log_normalizers_ptr")
-ABSENT_WITHOUT_NODES = ("sentence_term_ptr", "sentence_cells_ptr", "d_sentence_term_ptr", "d_sentence_cells_ptr")
+FLOAT32_POINTERS = ("mask_ptr", "lengths_ptr", "statistics_ptr", "d_input_terms_ptr")
+INTEGERS = ("seq", "hidden", "product_width", "sentence_width", "forget_column", "sentence_column")
+ABSENT_WITHOUT_NODES = ("sentence_terms_ptr", "sentence_cells_ptr", "d_sentence_terms_ptr", "d_sentence_cells_ptr")
+ABSENT_AFTER_THE_LAST_STEP = {"d_output_states_ptr": None, "d_cells_ptr": None}
 
 
 def compile_for_hopper(kernel, **constants):
     names = inspect.signature(kernel.fn).parameters
     constants = {name: value for name, value in constants.items() if name in names}
     signature = {
-        name: "constexpr" if name in constants else "i32" if name in ("seq", "hidden")
+        name: "constexpr" if name in constants else "i32" if name in INTEGERS
         else "*fp32" if name in FLOAT32_POINTERS else "*bf16"
         for name in names
     }  # fmt: skip
@@ -26,20 +28,23 @@ def compile_for_hopper(kernel, **constants):
     assert "cubin" in compiled.asm, kernel
 
 
-def word(window, nodes, sigmoid):
+def word(window, nodes, sigmoid, **absent):
     gates = triton.next_power_of_2(2 * window + nodes + 2)
-    absent = {name: None for name in ABSENT_WITHOUT_NODES} if nodes == 0 else {}
+    absent.update({name: None for name in ABSENT_WITHOUT_NODES} if nodes == 0 else {})
     return dict(WINDOW=window, NODES=nodes, GATES=gates, SIGMOID_SCORES=sigmoid, BLOCK_S=16, BLOCK_H=32, **absent)
 
 
-def sentence(nodes, sigmoid):
+def sentence(nodes, sigmoid, **absent):
     return {"NODES": nodes, "NODES_P": triton.next_power_of_2(nodes), "SIGMOID_SCORES": sigmoid, "BLOCK_S": 64,
-            "BLOCK_H": 32}  # fmt: skip
+            "BLOCK_H": 32, **absent}  # fmt: skip
 
 
 compile_for_hopper(triton_kernels.word_update_forward_kernel, **word(1, 1, True))
 compile_for_hopper(triton_kernels.word_update_forward_kernel, **word(2, 0, True))
-compile_for_hopper(triton_kernels.word_update_backward_kernel, **word(2, 2, True))
-compile_for_hopper(triton_kernels.word_update_backward_kernel, **word(1, 0, False))
+compile_for_hopper(triton_kernels.word_update_backward_kernel, **word(2, 2, True), LATER_STEPS=True)
+compile_for_hopper(
+    triton_kernels.word_update_backward_kernel, **word(1, 0, False, **ABSENT_AFTER_THE_LAST_STEP), LATER_STEPS=False
+)
 compile_for_hopper(triton_kernels.sentence_update_forward_kernel, **sentence(1, True))
 compile_for_hopper(triton_kernels.sentence_update_backward_kernel, **sentence(2, False))
+compile_for_hopper(triton_kernels.sentence_update_backward_kernel, **sentence(1, True, d_cells_ptr=None))

@@ -203,55 +203,22 @@ def tiles(request):
     triton_kernels.use_tiles(*previous)
 
 
-def update_gradients(update, inputs: dict, parameters: dict, outputs_weights) -> dict:
-    """The outputs of `update(**inputs)` and the gradients of every input and of `parameters` under the loss
-    `Σ outputs · outputs_weights`."""
-    inputs = {
-        name: t if t is None or name in ("mask", "lengths") else t.clone().requires_grad_()
-        for name, t in inputs.items()
-    }
-    outputs = update(**inputs)
-    loss = sum((output * weight).sum() for output, weight in zip(outputs, outputs_weights))
-    differentiable = {name: t for name, t in {**inputs, **parameters}.items() if t is not None and t.requires_grad}
-    gradients = torch.autograd.grad(loss, list(differentiable.values()), allow_unused=True)
-    results = {f"output {i}": output.detach() for i, output in enumerate(outputs)}
-    results.update({f"grad {name}": g for name, g in zip(differentiable, gradients) if g is not None})
-    return results
-
-
 @needs_triton
-def test_each_fused_update_matches_the_readable_one_across_tiles(tiles):
-    """Eq. 2 and Eq. 3, each fused update against the readable one, output by output and gradient by gradient, at
-    hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
+def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
+    """Eqs. 2-3 over all steps, the fused recurrence against the readable steps, output by output and gradient by
+    gradient, at hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
     if not KERNELS.interpreted:
         pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
-    config = tiny_config(hidden_size=40, embedding_dim=8, window_size=2, num_sentence_nodes=2)
-    transition = build(SLSTMModel, config).transition
-    generator = torch.Generator().manual_seed(3)
-    batch, seq, hidden, nodes = 2, 37, 40, 2
-    lengths = torch.tensor([[37.0], [23.0]])
-    mask = (torch.arange(seq) < lengths).unsqueeze(-1).float()  # (batch, seq, 1)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=generator)
-
-    states = {"h": randn(batch, seq, hidden) * mask, "c": randn(batch, seq, hidden) * mask,
-              "g": randn(batch, nodes, hidden), "c_g": randn(batch, nodes, hidden)}  # fmt: skip
-    words = {**states, "input_gate_terms": randn(batch, seq, transition.num_context_blocks * hidden),
-             "input_content": None, "mask": mask}  # fmt: skip
-    sentence = {**states, "mask": mask, "lengths": lengths}  # lengths: a constant of the batch, as in the model
-    parameters = dict(transition.named_parameters())
-    for readable, fused, inputs, shapes in (
-        (transition.update_words, transition.fused_update_words, words, [(batch, seq, hidden)] * 2),
-        (transition.update_sentence, transition.fused_update_sentence, sentence, [(batch, nodes, hidden)] * 2),
-    ):
-        weights = [randn(*shape) for shape in shapes]
-        expected = update_gradients(readable, inputs, parameters, weights)
-        actual = update_gradients(fused, inputs, parameters, weights)
-        assert actual.keys() == expected.keys()
-        for name in expected:
-            tolerance = TOLERANCE[torch.float32] if name.startswith("output") else 10 * TOLERANCE[torch.float32]
-            assert relative_error(actual[name], expected[name]) <= tolerance, (fused.__name__, name)
+    config = tiny_config(hidden_size=40, embedding_dim=8, window_size=2, num_sentence_nodes=2, initial_state="input")
+    model = build(SLSTMModel, config)
+    mask = torch.arange(37) < torch.tensor([[37], [23]])  # (batch, seq)
+    embeds = torch.randn(2, 37, 8, generator=torch.Generator().manual_seed(3))
+    expected = outputs_and_gradients(model, embeds, mask, "eager")
+    actual = outputs_and_gradients(model, embeds, mask, "triton")
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        tolerance = 10 * TOLERANCE[torch.float32] if name.startswith("grad ") else TOLERANCE[torch.float32]
+        assert relative_error(actual[name], expected[name]) <= tolerance, name
 
 
 def fused_launches(monkeypatch) -> list[str]:
