@@ -571,7 +571,7 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         lengths: torch.Tensor,
     ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         """All `config.num_steps` steps of Eqs. 2-3 at once with the Triton kernels (`FusedRecurrence` of
-        `triton_step.py`): two matmuls and two kernels per step, the weight gradients summed inside its backward.
+        `triton_step.py`): two matmuls and one kernel launch per step, the weight gradients summed inside its backward.
         Arguments as for `forward` (the initial states; `input_content` is not covered by the kernels) ->
         `((h^1, …, h^T), g^T)`, `g^T` the given `sentence_states` without sentence nodes. Hidden dropout is drawn
         as `forward` draws it, in the same order."""

@@ -1,22 +1,29 @@
 """Triton kernels of the fused S-LSTM step (`triton_step.py` wraps them; `docs/equations.md` states the equations).
 
-Only the elementwise parts of a step are here; every matmul stays in PyTorch (cuBLAS). Four kernels:
+Only the elementwise parts of a step are here; every matmul stays in PyTorch (cuBLAS): per step `P = h̃^{t-1} W_h^T`
+(every weight on the word states: the window blocks `W_d h_j`, `U_f h_j`, `U_g h_j`, `U_o h_j`) and the sentence terms
+`γ̃^{t-1} W_G^T + b_G` (`V γ`, `W_f γ + b_f`, the keep and output gates' `W γ + b`). Two kernels, one launch each per
+step, each running a word body and a sentence body side by side (Eq. 2 and Eq. 3 read only step `t-1` values):
 
-- `word_update_forward_kernel` (Eq. 2): the three pre-activation terms `W ξ_i`, `U x_i + b` and `V γ` summed, the
-  normalised gates (softmax over the `2w + K + 1` gates), the output gate and content, the new cell and state, and
-  the padding mask, in one pass.
-- `word_update_backward_kernel`: the gradients of the three terms, of the step `t-1` cells and of the sentence cells.
-  A cell `c_j^{t-1}` is read by the `2w + 1` words around `j`, so each program recomputes the gates of those
-  neighbours rather than reading them from a saved tensor; the sums over positions (of the `V γ` gradient and of the
-  sentence cells' gradient) run inside one program per (sentence, hidden block), in a fixed order: deterministic.
-- `sentence_update_forward_kernel` (Eq. 3): the forget-gate scores of every real position and of the node's own
-  cell, their softmax over positions (one pass, rescaled as the running maximum grows) and the node update.
-- `sentence_update_backward_kernel`: the gradients of the forget terms, of the keep and output gates, of the word
-  cells and of the sentence cells, from the softmax's saved log-normaliser.
+- `step_forward_kernel`: `_word_update_forward` (Eq. 2): `W ξ_i` as the sum of the window blocks of `P` at the
+  neighbours' rows, plus `U x_i + b` and `V γ`, the normalised gates (softmax over the `2w + K + 1` gates), the
+  output gate and content, the new cell and state, and the padding mask, in one pass; `_sentence_update_forward`
+  (Eq. 3): the forget-gate scores of every real position, their softmax over positions (one pass, rescaled as the
+  running maximum grows) together with the mean `U h̄` of the product's `U h_j` blocks, then the node's own cell and
+  the node update.
+- `step_backward_kernel`: `_word_update_backward`: the gradients of the word pre-activations, written into the
+  product's window blocks at the rows they were read from (and summed over the steps for `U x + b`), of the step
+  `t-1` cells and, summed over positions, of `V γ` and the sentence cells. A cell `c_j^{t-1}` is read by the `2w + 1`
+  words around `j`, so each program recomputes the gates of those neighbours rather than reading them from a saved
+  tensor; the sums over positions run inside one program per (sentence, hidden block), in a fixed order:
+  deterministic. `_sentence_update_backward`: the gradients of the forget terms, of the keep and output gates (and
+  `1/n` of them for each real position's `U h_j`), of the word cells and of the sentence cells, from the statistics
+  the forward saved.
 
 Loops over positions are `while` loops: Triton 3.6's interpreter cannot take a runtime bound in `range` under NumPy 2.4.
 Every kernel reads its inputs in their own dtype (bfloat16, float16 or float32) and computes in float32. Tensors are
-contiguous: word terms `(batch, seq, blocks, hidden)`, sentence terms `(batch, blocks, hidden)`, cells
+contiguous: the product `(batch, seq, product width)`, `U x + b` `(batch, seq, blocks, hidden)`, sentence terms
+`(batch, sentence width)`, cells
 `(batch, seq, hidden)`, sentence cells `(batch, nodes, hidden)`, mask `(batch, seq)` (nonzero at real positions).
 Gate block order as in `SLSTMStateTransition`: window gates `l_w … f … r_w`, one `s_k` per node, `i`, then `o`, `u`.
 """
@@ -187,6 +194,7 @@ def _cell_gradient(
     d_states_ptr,
     d_output_states_ptr,
     d_cells_ptr,
+    d_cells_via_sentences_ptr,
     mask_ptr,
     b,
     positions,
@@ -198,7 +206,8 @@ def _cell_gradient(
 ):
     """The gradient reaching the cell `c_i^t` before the mask at `positions` (zero at padding and outside the
     sentence), from the gradients of the masked outputs `h^t` (the next step's, plus the encoder output's where
-    `d_output_states_ptr` is given) and `c^t` (none after the last step): `(d_cell, d_state, tanh(cell))`."""
+    `d_output_states_ptr` is given) and `c^t` (none after the last step; through the next step's words, and its
+    sentence nodes where `d_cells_via_sentences_ptr` is given): `(d_cell, d_state, tanh(cell))`."""
     in_seq = (positions >= 0) & (positions < seq)
     real = tl.load(mask_ptr + b * seq + positions, mask=in_seq, other=0.0) != 0
     keep = real[:, None] & (hidden_idx[None, :] < hidden)
@@ -210,11 +219,13 @@ def _cell_gradient(
     d_cell = d_state * output_gate * (1.0 - squashed * squashed)
     if d_cells_ptr is not None:
         d_cell += tl.load(d_cells_ptr + offsets, mask=keep, other=0.0).to(tl.float32)
+    if d_cells_via_sentences_ptr is not None:
+        d_cell += tl.load(d_cells_via_sentences_ptr + offsets, mask=keep, other=0.0).to(tl.float32)
     return d_cell, d_state, squashed
 
 
 @triton.jit
-def word_update_forward_kernel(
+def _word_update_forward(
     product_ptr,
     input_terms_ptr,
     sentence_terms_ptr,
@@ -223,6 +234,9 @@ def word_update_forward_kernel(
     mask_ptr,
     new_states_ptr,
     new_cells_ptr,
+    b,
+    position_block,
+    hidden_block,
     seq,
     hidden,
     product_width,
@@ -234,10 +248,9 @@ def word_update_forward_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_H: tl.constexpr,
 ):
-    """Eq. 2 for a block of positions and hidden units of one sentence: `h^t`, `c^t`, zero at padding."""
-    b = tl.program_id(0).to(tl.int64)
-    positions = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
-    hidden_idx = tl.program_id(2) * BLOCK_H + tl.arange(0, BLOCK_H)
+    """Eq. 2 for a block of positions and hidden units of sentence `b`: `h^t`, `c^t`, zero at padding."""
+    positions = position_block * BLOCK_S + tl.arange(0, BLOCK_S)
+    hidden_idx = hidden_block * BLOCK_H + tl.arange(0, BLOCK_H)
     _, _, _, cell, output_gate, _ = _word_node(
         product_ptr,
         input_terms_ptr,
@@ -269,6 +282,7 @@ def _neighbour_cell_gradient(
     d_states_ptr,
     d_output_states_ptr,
     d_cells_ptr,
+    d_cells_via_sentences_ptr,
     product_ptr,
     input_terms_ptr,
     sentence_terms_ptr,
@@ -311,6 +325,7 @@ def _neighbour_cell_gradient(
         d_states_ptr,
         d_output_states_ptr,
         d_cells_ptr,
+        d_cells_via_sentences_ptr,
         mask_ptr,
         b,
         positions,
@@ -361,10 +376,11 @@ def _store_word_gradient(
 
 
 @triton.jit
-def word_update_backward_kernel(
+def _word_update_backward(
     d_states_ptr,
     d_output_states_ptr,
     d_cells_ptr,
+    d_cells_via_sentences_ptr,
     product_ptr,
     input_terms_ptr,
     sentence_terms_ptr,
@@ -375,7 +391,9 @@ def word_update_backward_kernel(
     d_input_terms_ptr,
     d_sentence_terms_ptr,
     d_prev_cells_ptr,
-    d_sentence_cells_ptr,
+    d_prev_sentence_cells_ptr,
+    b,
+    hidden_block,
     seq,
     hidden,
     product_width,
@@ -391,9 +409,8 @@ def word_update_backward_kernel(
     """Gradients of Eq. 2 for all positions of one sentence and a block of hidden units (a loop over position
     blocks): the window blocks of `d_product` (of `W_d h_j`, at the rows they were read from), `d_input_terms` (of
     `U x_i + b`, added to the later steps' with `LATER_STEPS`), `d_prev_cells` (of `c^{t-1}`), and the sums over positions: the `V γ`
-    block of `d_sentence_terms` and `d_sentence_cells` (of `c_g^{t-1}`)."""
-    b = tl.program_id(0).to(tl.int64)
-    hidden_idx = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    block of `d_sentence_terms` and `d_prev_sentence_cells` (of `c_g^{t-1}`, through the words)."""
+    hidden_idx = hidden_block * BLOCK_H + tl.arange(0, BLOCK_H)
     normalized = 2 * WINDOW + NODES + 2
     gate = tl.arange(0, GATES)[None, :, None]
     column = hidden_idx[None, :]
@@ -427,6 +444,7 @@ def word_update_backward_kernel(
             d_states_ptr,
             d_output_states_ptr,
             d_cells_ptr,
+            d_cells_via_sentences_ptr,
             mask_ptr,
             b,
             positions,
@@ -504,6 +522,7 @@ def word_update_backward_kernel(
                 d_states_ptr,
                 d_output_states_ptr,
                 d_cells_ptr,
+                d_cells_via_sentences_ptr,
                 product_ptr,
                 input_terms_ptr,
                 sentence_terms_ptr,
@@ -527,6 +546,7 @@ def word_update_backward_kernel(
                 d_states_ptr,
                 d_output_states_ptr,
                 d_cells_ptr,
+                d_cells_via_sentences_ptr,
                 product_ptr,
                 input_terms_ptr,
                 sentence_terms_ptr,
@@ -564,8 +584,8 @@ def word_update_backward_kernel(
         tl.store(d_sentence_terms_ptr + output_offsets + hidden, content_sum.to(dtype), mask=hidden_idx < hidden)
         node = slot - (2 * WINDOW + 1)
         tl.store(
-            d_sentence_cells_ptr + (b * NODES + node) * hidden + column,
-            value_sums.to(d_sentence_cells_ptr.dtype.element_ty),
+            d_prev_sentence_cells_ptr + (b * NODES + node) * hidden + column,
+            value_sums.to(d_prev_sentence_cells_ptr.dtype.element_ty),
             mask=(node >= 0) & (node < NODES) & in_hidden,
         )
 
@@ -632,7 +652,7 @@ def _sentence_terms(
 
 
 @triton.jit
-def sentence_update_forward_kernel(
+def _sentence_update_forward(
     product_ptr,
     sentence_terms_ptr,
     cells_ptr,
@@ -642,6 +662,8 @@ def sentence_update_forward_kernel(
     new_states_ptr,
     new_cells_ptr,
     statistics_ptr,
+    b,
+    hidden_block,
     seq,
     hidden,
     product_width,
@@ -660,8 +682,7 @@ def sentence_update_forward_kernel(
     One pass over the positions: the softmax over them (rescaled as the running maximum grows), and the sums of
     `U_g h_j` and `U_o h_j` from the product rows, which divided by the sentence's length are `U_g h̄`, `U_o h̄`; the
     node's own cell, whose keep score needs `h̄`, joins the softmax last."""
-    b = tl.program_id(0).to(tl.int64)
-    hidden_idx = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    hidden_idx = hidden_block * BLOCK_H + tl.arange(0, BLOCK_H)
     node, column, valid, node_offsets = _node_tile(b, hidden_idx, hidden, NODES, NODES_P)
     forget_terms, keep_pre, output_pre = _sentence_terms(
         sentence_terms_ptr, b, node, column, valid, hidden, sentence_width, sentence_column, NODES
@@ -724,9 +745,10 @@ def sentence_update_forward_kernel(
 
 
 @triton.jit
-def sentence_update_backward_kernel(
+def _sentence_update_backward(
     d_states_ptr,
     d_cells_ptr,
+    d_cells_via_words_ptr,
     product_ptr,
     sentence_terms_ptr,
     cells_ptr,
@@ -737,7 +759,9 @@ def sentence_update_backward_kernel(
     d_product_ptr,
     d_sentence_terms_ptr,
     d_prev_cells_ptr,
-    d_sentence_cells_ptr,
+    d_prev_sentence_cells_ptr,
+    b,
+    hidden_block,
     seq,
     hidden,
     product_width,
@@ -750,13 +774,13 @@ def sentence_update_backward_kernel(
     BLOCK_S: tl.constexpr,
     BLOCK_H: tl.constexpr,
 ):
-    """Gradients of Eq. 3 for one sentence and a block of hidden units (a loop over position blocks), written beside
-    or added to those of Eq. 2 that `word_update_backward_kernel` wrote: the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks
-    of `d_product` (the last two `1/n` of the keep and output gates' at real positions), the `W_f γ + b_f`, keep and
-    output blocks of `d_sentence_terms`, and `d_prev_cells` (of `c^{t-1}`) and `d_sentence_cells` (of `c_g^{t-1}`)
-    added to."""
-    b = tl.program_id(0).to(tl.int64)
-    hidden_idx = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    """Gradients of Eq. 3 for sentence `b` and a block of hidden units (a loop over position blocks), from those of
+    `g^t` and `c_g^t` (none after the last step; through the next step's sentence nodes, and its words where
+    `d_cells_via_words_ptr` is given): the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks of `d_product` (the last two `1/n`
+    of the keep and output gates' at real positions), the `W_f γ + b_f`, keep and output blocks of
+    `d_sentence_terms`, and `d_prev_cells` (of `c^{t-1}`) and `d_prev_sentence_cells` (of `c_g^{t-1}`), both
+    through the sentence nodes."""
+    hidden_idx = hidden_block * BLOCK_H + tl.arange(0, BLOCK_H)
     node, column, valid, node_offsets = _node_tile(b, hidden_idx, hidden, NODES, NODES_P)
     forget_terms, _, _ = _sentence_terms(
         sentence_terms_ptr, b, node, column, valid, hidden, sentence_width, sentence_column, NODES
@@ -771,6 +795,8 @@ def sentence_update_backward_kernel(
     d_cell = d_state * output_gate * (1.0 - squashed * squashed)
     if d_cells_ptr is not None:
         d_cell += tl.load(d_cells_ptr + node_offsets, mask=valid, other=0.0).to(tl.float32)
+    if d_cells_via_words_ptr is not None:
+        d_cell += tl.load(d_cells_via_words_ptr + node_offsets, mask=valid, other=0.0).to(tl.float32)
     keep_weight = tl.exp(keep_score - log_normalizer)  # f_{g,k}
     previous_cell = tl.load(sentence_cells_ptr + node_offsets, mask=valid, other=0.0).to(tl.float32)
     d_keep = keep_weight * d_cell * (previous_cell - cell)
@@ -818,7 +844,6 @@ def sentence_update_backward_kernel(
         d_prev = tl.sum(weights * d_cell[None, :, :], axis=1)  # (BLOCK_S, BLOCK_H): Σ_k f_{j,k} ∂L/∂c_{g,k}^t
         in_row = (positions[:, None] < seq) & (column < hidden)
         cell_offsets = (b * seq + positions[:, None]) * hidden + column
-        d_prev += tl.load(d_prev_cells_ptr + cell_offsets, mask=in_row, other=0.0).to(tl.float32)
         tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_row)
         start += BLOCK_S
 
@@ -828,14 +853,213 @@ def sentence_update_backward_kernel(
     tl.store(d_sentence_terms_ptr + gate_offsets + NODES * hidden, d_keep.to(dtype), mask=valid)
     tl.store(d_sentence_terms_ptr + gate_offsets + 2 * NODES * hidden, d_output.to(dtype), mask=valid)
     d_sentence_cells = d_cell * keep_weight
-    d_sentence_cells += tl.load(d_sentence_cells_ptr + node_offsets, mask=valid, other=0.0).to(tl.float32)
-    tl.store(d_sentence_cells_ptr + node_offsets, d_sentence_cells.to(d_sentence_cells_ptr.dtype.element_ty), mask=valid)
+    dtype = d_prev_sentence_cells_ptr.dtype.element_ty
+    tl.store(d_prev_sentence_cells_ptr + node_offsets, d_sentence_cells.to(dtype), mask=valid)
+
+
+@triton.jit
+def step_forward_kernel(
+    product_ptr,
+    input_terms_ptr,
+    sentence_terms_ptr,
+    cells_ptr,
+    sentence_cells_ptr,
+    mask_ptr,
+    lengths_ptr,
+    new_states_ptr,
+    new_cells_ptr,
+    new_sentence_states_ptr,
+    new_sentence_cells_ptr,
+    statistics_ptr,
+    seq,
+    hidden,
+    product_width,
+    sentence_width,
+    forget_column,
+    sentence_column,
+    WINDOW: tl.constexpr,
+    NODES: tl.constexpr,
+    NODES_P: tl.constexpr,
+    GATES: tl.constexpr,
+    SIGMOID_SCORES: tl.constexpr,
+    WORD_BLOCK_S: tl.constexpr,
+    WORD_BLOCK_H: tl.constexpr,
+    SENTENCE_BLOCK_S: tl.constexpr,
+    SENTENCE_BLOCK_H: tl.constexpr,
+):
+    """One step, Eq. 2 and Eq. 3 side by side in one launch (both read step `t-1` values only): program `(b, p)`
+    updates a block of positions and hidden units of sentence `b`'s words while `p` counts word tiles, and a block of
+    hidden units of its sentence nodes after them."""
+    b = tl.program_id(0).to(tl.int64)
+    program = tl.program_id(1)
+    word_hidden_blocks = tl.cdiv(hidden, WORD_BLOCK_H)
+    word_programs = tl.cdiv(seq, WORD_BLOCK_S) * word_hidden_blocks
+    if program < word_programs:
+        _word_update_forward(
+            product_ptr=product_ptr,
+            input_terms_ptr=input_terms_ptr,
+            sentence_terms_ptr=sentence_terms_ptr,
+            cells_ptr=cells_ptr,
+            sentence_cells_ptr=sentence_cells_ptr,
+            mask_ptr=mask_ptr,
+            new_states_ptr=new_states_ptr,
+            new_cells_ptr=new_cells_ptr,
+            b=b,
+            position_block=program // word_hidden_blocks,
+            hidden_block=program % word_hidden_blocks,
+            seq=seq,
+            hidden=hidden,
+            product_width=product_width,
+            sentence_width=sentence_width,
+            WINDOW=WINDOW,
+            NODES=NODES,
+            GATES=GATES,
+            SIGMOID_SCORES=SIGMOID_SCORES,
+            BLOCK_S=WORD_BLOCK_S,
+            BLOCK_H=WORD_BLOCK_H,
+        )
+    elif NODES > 0:
+        _sentence_update_forward(
+            product_ptr=product_ptr,
+            sentence_terms_ptr=sentence_terms_ptr,
+            cells_ptr=cells_ptr,
+            sentence_cells_ptr=sentence_cells_ptr,
+            mask_ptr=mask_ptr,
+            lengths_ptr=lengths_ptr,
+            new_states_ptr=new_sentence_states_ptr,
+            new_cells_ptr=new_sentence_cells_ptr,
+            statistics_ptr=statistics_ptr,
+            b=b,
+            hidden_block=program - word_programs,
+            seq=seq,
+            hidden=hidden,
+            product_width=product_width,
+            forget_column=forget_column,
+            sentence_width=sentence_width,
+            sentence_column=sentence_column,
+            NODES=NODES,
+            NODES_P=NODES_P,
+            SIGMOID_SCORES=SIGMOID_SCORES,
+            BLOCK_S=SENTENCE_BLOCK_S,
+            BLOCK_H=SENTENCE_BLOCK_H,
+        )
+
+
+@triton.jit
+def step_backward_kernel(
+    d_states_ptr,
+    d_output_states_ptr,
+    d_cells_ptr,
+    d_cells_via_sentences_ptr,
+    d_sentence_states_ptr,
+    d_sentence_cells_ptr,
+    d_sentence_cells_via_words_ptr,
+    product_ptr,
+    input_terms_ptr,
+    sentence_terms_ptr,
+    cells_ptr,
+    sentence_cells_ptr,
+    mask_ptr,
+    lengths_ptr,
+    statistics_ptr,
+    d_product_ptr,
+    d_input_terms_ptr,
+    d_sentence_terms_ptr,
+    d_prev_cells_ptr,
+    d_prev_cells_via_sentences_ptr,
+    d_prev_sentence_cells_ptr,
+    d_prev_sentence_cells_via_words_ptr,
+    seq,
+    hidden,
+    product_width,
+    sentence_width,
+    forget_column,
+    sentence_column,
+    WINDOW: tl.constexpr,
+    NODES: tl.constexpr,
+    NODES_P: tl.constexpr,
+    GATES: tl.constexpr,
+    SIGMOID_SCORES: tl.constexpr,
+    LATER_STEPS: tl.constexpr,
+    WORD_BLOCK_S: tl.constexpr,
+    WORD_BLOCK_H: tl.constexpr,
+    SENTENCE_BLOCK_S: tl.constexpr,
+    SENTENCE_BLOCK_H: tl.constexpr,
+):
+    """The gradients of one step in one launch: program `(b, p)` runs `_word_update_backward` for a block of hidden
+    units of sentence `b` while `p` counts word hidden blocks, `_sentence_update_backward` after them. Each writes
+    its own columns of `d_product` and `d_sentence_terms`; the cells' gradients come in two parts, through the words
+    and through the sentence nodes, which the previous step's launch sums as it reads them."""
+    b = tl.program_id(0).to(tl.int64)
+    program = tl.program_id(1)
+    word_programs = tl.cdiv(hidden, WORD_BLOCK_H)
+    if program < word_programs:
+        _word_update_backward(
+            d_states_ptr=d_states_ptr,
+            d_output_states_ptr=d_output_states_ptr,
+            d_cells_ptr=d_cells_ptr,
+            d_cells_via_sentences_ptr=d_cells_via_sentences_ptr,
+            product_ptr=product_ptr,
+            input_terms_ptr=input_terms_ptr,
+            sentence_terms_ptr=sentence_terms_ptr,
+            cells_ptr=cells_ptr,
+            sentence_cells_ptr=sentence_cells_ptr,
+            mask_ptr=mask_ptr,
+            d_product_ptr=d_product_ptr,
+            d_input_terms_ptr=d_input_terms_ptr,
+            d_sentence_terms_ptr=d_sentence_terms_ptr,
+            d_prev_cells_ptr=d_prev_cells_ptr,
+            d_prev_sentence_cells_ptr=d_prev_sentence_cells_via_words_ptr,
+            b=b,
+            hidden_block=program,
+            seq=seq,
+            hidden=hidden,
+            product_width=product_width,
+            sentence_width=sentence_width,
+            WINDOW=WINDOW,
+            NODES=NODES,
+            GATES=GATES,
+            SIGMOID_SCORES=SIGMOID_SCORES,
+            LATER_STEPS=LATER_STEPS,
+            BLOCK_S=WORD_BLOCK_S,
+            BLOCK_H=WORD_BLOCK_H,
+        )
+    elif NODES > 0:
+        _sentence_update_backward(
+            d_states_ptr=d_sentence_states_ptr,
+            d_cells_ptr=d_sentence_cells_ptr,
+            d_cells_via_words_ptr=d_sentence_cells_via_words_ptr,
+            product_ptr=product_ptr,
+            sentence_terms_ptr=sentence_terms_ptr,
+            cells_ptr=cells_ptr,
+            sentence_cells_ptr=sentence_cells_ptr,
+            mask_ptr=mask_ptr,
+            lengths_ptr=lengths_ptr,
+            statistics_ptr=statistics_ptr,
+            d_product_ptr=d_product_ptr,
+            d_sentence_terms_ptr=d_sentence_terms_ptr,
+            d_prev_cells_ptr=d_prev_cells_via_sentences_ptr,
+            d_prev_sentence_cells_ptr=d_prev_sentence_cells_ptr,
+            b=b,
+            hidden_block=program - word_programs,
+            seq=seq,
+            hidden=hidden,
+            product_width=product_width,
+            forget_column=forget_column,
+            sentence_width=sentence_width,
+            sentence_column=sentence_column,
+            NODES=NODES,
+            NODES_P=NODES_P,
+            SIGMOID_SCORES=SIGMOID_SCORES,
+            BLOCK_S=SENTENCE_BLOCK_S,
+            BLOCK_H=SENTENCE_BLOCK_H,
+        )
 
 
 def is_interpreted() -> bool:
     """Whether the kernels run in Triton's interpreter (on CPU tensors): `TRITON_INTERPRET=1` when this module was
     imported."""
-    return isinstance(word_update_forward_kernel, InterpretedFunction)
+    return isinstance(step_forward_kernel, InterpretedFunction)
 
 
 @dataclass(frozen=True)

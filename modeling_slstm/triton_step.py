@@ -27,24 +27,15 @@ def load_kernels() -> SimpleNamespace:
     `interpreted` (whether they run in Triton's interpreter), with `import_error` `None`; or, where Triton cannot be
     imported, only `import_error` (why) and `interpreted=False`."""
     try:
-        from .triton_kernels import (
-            is_interpreted,
-            sentence_update_backward_kernel,
-            sentence_update_forward_kernel,
-            tile_options,
-            word_update_backward_kernel,
-            word_update_forward_kernel,
-        )
+        from .triton_kernels import is_interpreted, step_backward_kernel, step_forward_kernel, tile_options
     except ImportError as error:
         return SimpleNamespace(import_error=error, interpreted=False)
     return SimpleNamespace(
         import_error=None,
         interpreted=is_interpreted(),
         tile_options=tile_options,
-        word_update_forward_kernel=word_update_forward_kernel,
-        word_update_backward_kernel=word_update_backward_kernel,
-        sentence_update_forward_kernel=sentence_update_forward_kernel,
-        sentence_update_backward_kernel=sentence_update_backward_kernel,
+        step_forward_kernel=step_forward_kernel,
+        step_backward_kernel=step_backward_kernel,
     )
 
 
@@ -118,59 +109,102 @@ def next_power_of_2(value: int) -> int:
     return 1 << max(value - 1, 0).bit_length()
 
 
-@torch.library.custom_op(operator_name("word_update"), mutates_args=())
-def word_update(
+def launch_options(product, sentence_terms, cells, sentence_cells, window_size: int) -> tuple[int, int, dict]:
+    """What both step kernels are launched with: `(word tiles, sentence programs, keyword arguments)`, the word tiles
+    as `(position blocks, hidden blocks)`, the arguments the sizes, where Eq. 3's blocks start (`U_f h_j`, then
+    `U_g h_j`, `U_o h_j`, in the product rows; `W_f γ + b_f`, then the keep and output gates' terms, in the sentence
+    terms; each the last `3 * nodes * hidden` columns), the gate and node counts and the tiles."""
+    kernels = load_kernels()
+    batch, seq, hidden = cells.shape
+    nodes = sentence_cells.shape[1]
+    gates, nodes_p = next_power_of_2(2 * window_size + nodes + 2), next_power_of_2(max(nodes, 1))
+    word_tiles, sentence_tiles = kernels.tile_options(seq, hidden, gates), kernels.tile_options(seq, hidden, nodes_p)
+    sentence_width = 0 if sentence_terms is None else sentence_terms.shape[-1]
+    options = {
+        "seq": seq,
+        "hidden": hidden,
+        "product_width": product.shape[-1],
+        "sentence_width": sentence_width,
+        "forget_column": product.shape[-1] - 3 * nodes * hidden,
+        "sentence_column": sentence_width - 3 * nodes * hidden,
+        "WINDOW": window_size,
+        "NODES": nodes,
+        "NODES_P": nodes_p,
+        "GATES": gates,
+        "WORD_BLOCK_S": word_tiles["BLOCK_S"],
+        "WORD_BLOCK_H": word_tiles["BLOCK_H"],
+        "SENTENCE_BLOCK_S": sentence_tiles["BLOCK_S"],
+        "SENTENCE_BLOCK_H": sentence_tiles["BLOCK_H"],
+        "num_warps": word_tiles["num_warps"],
+    }
+    word_tile_counts = (-(-seq // word_tiles["BLOCK_S"]), -(-hidden // word_tiles["BLOCK_H"]))
+    sentence_programs = -(-hidden // sentence_tiles["BLOCK_H"]) if nodes else 0
+    return word_tile_counts, sentence_programs, options
+
+
+@torch.library.custom_op(operator_name("step_update"), mutates_args=())
+def step_update(
     product: torch.Tensor,
     input_terms: torch.Tensor,
     sentence_terms: torch.Tensor | None,
     cells: torch.Tensor,
     sentence_cells: torch.Tensor,
     mask: torch.Tensor,
+    lengths: torch.Tensor,
     window_size: int,
     sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launches `word_update_forward_kernel`: the step's product `h^{t-1} W_h^T` `(batch, seq, product width)`, `U x + b`
-    `(batch, seq, blocks * hidden)`, the sentence terms `(batch, sentence width)` (`None` without sentence nodes),
-    cells, sentence cells and mask as in `triton_kernels.py` -> `(h^t, c^t)` in the dtype of `cells`."""
-    kernels = load_kernels()
-    batch, seq, hidden = cells.shape
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launches `step_forward_kernel` (Eqs. 2 and 3 of one step): the product `h̃^{t-1} W_h^T`
+    `(batch, seq, product width)`, `U x + b` `(batch, seq, blocks * hidden)`, the sentence terms
+    `(batch, sentence width)` (`None` without sentence nodes), `c^{t-1}`, `c_g^{t-1}`, the mask and lengths ->
+    `(h^t, c^t, g^t, c_g^t)` in the dtype of the cells, and the float32 statistics `(batch, 4, nodes, hidden)` that
+    the backward reads."""
+    (position_blocks, hidden_blocks), sentence_programs, options = launch_options(
+        product, sentence_terms, cells, sentence_cells, window_size
+    )
+    outputs = step_update_outputs(cells, sentence_cells)
+    new_states, new_cells, new_sentence_states, new_sentence_cells, statistics = outputs
     nodes = sentence_cells.shape[1]
-    new_states, new_cells = torch.empty_like(cells), torch.empty_like(cells)
-    gates = next_power_of_2(2 * window_size + nodes + 2)
-    tiles = kernels.tile_options(seq, hidden, gates)
-    grid = (batch, -(-seq // tiles["BLOCK_S"]), -(-hidden // tiles["BLOCK_H"]))
-    kernels.word_update_forward_kernel[grid](
+    load_kernels().step_forward_kernel[(cells.shape[0], position_blocks * hidden_blocks + sentence_programs)](
         product_ptr=product,
         input_terms_ptr=input_terms,
         sentence_terms_ptr=sentence_terms,
         cells_ptr=cells,
         sentence_cells_ptr=sentence_cells if nodes else None,
         mask_ptr=mask,
+        lengths_ptr=lengths,
         new_states_ptr=new_states,
         new_cells_ptr=new_cells,
-        seq=seq,
-        hidden=hidden,
-        product_width=product.shape[-1],
-        sentence_width=0 if sentence_terms is None else sentence_terms.shape[-1],
-        WINDOW=window_size,
-        NODES=nodes,
-        GATES=gates,
+        new_sentence_states_ptr=new_sentence_states if nodes else None,
+        new_sentence_cells_ptr=new_sentence_cells if nodes else None,
+        statistics_ptr=statistics if nodes else None,
         SIGMOID_SCORES=sigmoid_scores,
-        **tiles,
+        **options,
     )
-    return new_states, new_cells
+    return outputs
 
 
-@word_update.register_fake
-def _(product, input_terms, sentence_terms, cells, sentence_cells, mask, window_size, sigmoid_scores):
-    return torch.empty_like(cells), torch.empty_like(cells)
+def step_update_outputs(cells, sentence_cells):
+    """Empty `(h^t, c^t)` like `cells`, `(g^t, c_g^t)` like `sentence_cells`, and float32 statistics
+    `(batch, 4, nodes, hidden)`."""
+    batch, nodes, hidden = sentence_cells.shape
+    statistics = sentence_cells.new_empty(batch, 4, nodes, hidden, dtype=torch.float32)
+    sentence_outputs = (torch.empty_like(sentence_cells), torch.empty_like(sentence_cells), statistics)
+    return torch.empty_like(cells), torch.empty_like(cells), *sentence_outputs
 
 
-@torch.library.custom_op(operator_name("word_update_backward"), mutates_args=("d_input_terms",))
-def word_update_backward(
+@step_update.register_fake
+def _(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, window_size, sigmoid_scores):
+    return step_update_outputs(cells, sentence_cells)
+
+
+@torch.library.custom_op(operator_name("step_update_backward"), mutates_args=("d_input_terms",))
+def step_update_backward(
     d_states: torch.Tensor,
     d_output_states: torch.Tensor | None,
     d_cells: torch.Tensor | None,
+    d_sentence_states: torch.Tensor | None,
+    d_sentence_cells: torch.Tensor | None,
     d_input_terms: torch.Tensor,
     later_steps: bool,
     product: torch.Tensor,
@@ -179,181 +213,67 @@ def word_update_backward(
     cells: torch.Tensor,
     sentence_cells: torch.Tensor,
     mask: torch.Tensor,
+    lengths: torch.Tensor,
+    statistics: torch.Tensor | None,
     window_size: int,
     sigmoid_scores: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launches `word_update_backward_kernel`, from the gradients of `h^t` (`d_states`, plus `d_output_states` where
-    the encoder's output `h^t` has one) and of `c^t` (`None` after the last step) -> the gradients of the product
-    (its window blocks; `sentence_update_backward` writes the rest), of the sentence terms (their `V γ` block),
-    `c^{t-1}` and `c_g^{t-1}`. The gradient of `U x + b` is written into `d_input_terms` (float32), or with
-    `later_steps` added to it (the sum over the later steps)."""
-    kernels = load_kernels()
-    batch, seq, hidden = cells.shape
+    """Launches `step_backward_kernel`, from the gradients of `h^t` (`d_states`, plus `d_output_states` where the
+    encoder's output `h^t` has one), `c^t`, `g^t` and `c_g^t` (the cells' `None` after the last step, else each the
+    pair of parts through the words and through the sentence nodes that this returned for the next step, stacked) ->
+    the gradients of the product, of the sentence terms, and of `c^{t-1}` and `c_g^{t-1}`, each of the two a pair
+    `(2, ...)` of the parts through the words and through the sentence nodes. The gradient of `U x + b` is written
+    into `d_input_terms` (float32), or with `later_steps` added to it (the sum over the later steps)."""
+    (_, hidden_blocks), sentence_programs, options = launch_options(
+        product, sentence_terms, cells, sentence_cells, window_size
+    )
+    gradients = step_update_gradients(product, sentence_terms, cells, sentence_cells)
+    d_product, d_sentence_terms, d_prev_cells, d_prev_sentence_cells = gradients
     nodes = sentence_cells.shape[1]
-    gradients = word_update_gradients(product, sentence_terms, cells, sentence_cells)
-    d_product, d_sentence_terms, d_prev_cells, d_sentence_cells = gradients
-    gates = next_power_of_2(2 * window_size + nodes + 2)
-    tiles = kernels.tile_options(seq, hidden, gates)
-    kernels.word_update_backward_kernel[(batch, -(-hidden // tiles["BLOCK_H"]))](
+    load_kernels().step_backward_kernel[(cells.shape[0], hidden_blocks + sentence_programs)](
         d_states_ptr=d_states,
         d_output_states_ptr=d_output_states,
-        d_cells_ptr=d_cells,
+        d_cells_ptr=None if d_cells is None else d_cells[0],
+        d_cells_via_sentences_ptr=None if d_cells is None or not nodes else d_cells[1],
+        d_sentence_states_ptr=d_sentence_states,
+        d_sentence_cells_ptr=None if d_sentence_cells is None or not nodes else d_sentence_cells[1],
+        d_sentence_cells_via_words_ptr=None if d_sentence_cells is None or not nodes else d_sentence_cells[0],
         product_ptr=product,
         input_terms_ptr=input_terms,
         sentence_terms_ptr=sentence_terms,
         cells_ptr=cells,
         sentence_cells_ptr=sentence_cells if nodes else None,
         mask_ptr=mask,
+        lengths_ptr=lengths,
+        statistics_ptr=statistics,
         d_product_ptr=d_product,
         d_input_terms_ptr=d_input_terms,
         d_sentence_terms_ptr=d_sentence_terms if nodes else None,
-        d_prev_cells_ptr=d_prev_cells,
-        d_sentence_cells_ptr=d_sentence_cells if nodes else None,
-        seq=seq,
-        hidden=hidden,
-        product_width=product.shape[-1],
-        sentence_width=0 if sentence_terms is None else sentence_terms.shape[-1],
-        WINDOW=window_size,
-        NODES=nodes,
-        GATES=gates,
+        d_prev_cells_ptr=d_prev_cells[0],
+        d_prev_cells_via_sentences_ptr=d_prev_cells[1] if nodes else None,
+        d_prev_sentence_cells_ptr=d_prev_sentence_cells[1] if nodes else None,
+        d_prev_sentence_cells_via_words_ptr=d_prev_sentence_cells[0] if nodes else None,
         SIGMOID_SCORES=sigmoid_scores,
         LATER_STEPS=later_steps,
-        **tiles,
+        **options,
     )
     return gradients
 
 
-def word_update_gradients(product, sentence_terms, cells, sentence_cells):
-    """Empty gradients of `(product, sentence_terms, cells, sentence_cells)`; that of absent sentence terms (no
-    sentence nodes) is empty."""
+def step_update_gradients(product, sentence_terms, cells, sentence_cells):
+    """Empty gradients of the product and the sentence terms (empty without sentence nodes), and the pairs of parts
+    `(2, *shape)` of the gradients of `c^{t-1}` and `c_g^{t-1}` (one part without sentence nodes)."""
+    parts = 2 if sentence_cells.shape[1] else 1
     d_sentence_terms = product.new_empty(0) if sentence_terms is None else torch.empty_like(sentence_terms)
-    return torch.empty_like(product), d_sentence_terms, torch.empty_like(cells), torch.empty_like(sentence_cells)
+    d_prev_cells = cells.new_empty(parts, *cells.shape)
+    d_prev_sentence_cells = sentence_cells.new_empty(parts, *sentence_cells.shape)
+    return torch.empty_like(product), d_sentence_terms, d_prev_cells, d_prev_sentence_cells
 
 
-@word_update_backward.register_fake
-def _(d_states, d_output_states, d_cells, d_input_terms, later_steps, product, input_terms, sentence_terms, cells,
-      sentence_cells, *options):  # fmt: skip
-    return word_update_gradients(product, sentence_terms, cells, sentence_cells)
-
-
-def sentence_columns(product: torch.Tensor, sentence_terms: torch.Tensor, nodes: int, hidden: int) -> dict[str, int]:
-    """Where Eq. 3's blocks start: `U_f h_j` (then `U_g h_j`, `U_o h_j`) in the product rows, `W_f γ + b_f` (then the
-    keep and output gates' terms) in the sentence terms; each the last `3 * nodes * hidden` columns."""
-    width = 3 * nodes * hidden
-    return {
-        "product_width": product.shape[-1],
-        "forget_column": product.shape[-1] - width,
-        "sentence_width": sentence_terms.shape[-1],
-        "sentence_column": sentence_terms.shape[-1] - width,
-    }
-
-
-@torch.library.custom_op(operator_name("sentence_update"), mutates_args=())
-def sentence_update(
-    product: torch.Tensor,
-    sentence_terms: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    lengths: torch.Tensor,
-    sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launches `sentence_update_forward_kernel` -> `(g^t, c_g^t)` in the dtype of `cells`, and the float32
-    statistics `(batch, 4, nodes, hidden)` that the backward reads."""
-    kernels = load_kernels()
-    batch, seq, hidden = cells.shape
-    nodes = sentence_cells.shape[1]
-    new_states, new_cells, statistics = sentence_update_outputs(sentence_cells)
-    nodes_p = next_power_of_2(nodes)
-    tiles = kernels.tile_options(seq, hidden, nodes_p)
-    kernels.sentence_update_forward_kernel[(batch, -(-hidden // tiles["BLOCK_H"]))](
-        product_ptr=product,
-        sentence_terms_ptr=sentence_terms,
-        cells_ptr=cells,
-        sentence_cells_ptr=sentence_cells,
-        mask_ptr=mask,
-        lengths_ptr=lengths,
-        new_states_ptr=new_states,
-        new_cells_ptr=new_cells,
-        statistics_ptr=statistics,
-        seq=seq,
-        hidden=hidden,
-        **sentence_columns(product, sentence_terms, nodes, hidden),
-        NODES=nodes,
-        NODES_P=nodes_p,
-        SIGMOID_SCORES=sigmoid_scores,
-        **tiles,
-    )
-    return new_states, new_cells, statistics
-
-
-def sentence_update_outputs(sentence_cells):
-    """Empty `(g^t, c_g^t)` like `sentence_cells`, and float32 statistics `(batch, 4, nodes, hidden)`."""
-    batch, nodes, hidden = sentence_cells.shape
-    statistics = sentence_cells.new_empty(batch, 4, nodes, hidden, dtype=torch.float32)
-    return torch.empty_like(sentence_cells), torch.empty_like(sentence_cells), statistics
-
-
-@sentence_update.register_fake
-def _(product, sentence_terms, cells, sentence_cells, mask, lengths, sigmoid_scores):
-    return sentence_update_outputs(sentence_cells)
-
-
-@torch.library.custom_op(
-    operator_name("sentence_update_backward"),
-    mutates_args=("d_product", "d_sentence_terms", "d_prev_cells", "d_sentence_cells"),
-)
-def sentence_update_backward(
-    d_states: torch.Tensor,
-    d_cells: torch.Tensor | None,
-    product: torch.Tensor,
-    sentence_terms: torch.Tensor,
-    cells: torch.Tensor,
-    sentence_cells: torch.Tensor,
-    mask: torch.Tensor,
-    lengths: torch.Tensor,
-    statistics: torch.Tensor,
-    d_product: torch.Tensor,
-    d_sentence_terms: torch.Tensor,
-    d_prev_cells: torch.Tensor,
-    d_sentence_cells: torch.Tensor,
-    sigmoid_scores: bool,
-) -> None:
-    """Launches `sentence_update_backward_kernel`, from the gradients of `g^t` and `c_g^t` (`None` after the last
-    step): writes the Eq. 3 blocks of `d_product` and `d_sentence_terms` and adds to `d_prev_cells` and
-    `d_sentence_cells`, which `word_update_backward` returned."""
-    kernels = load_kernels()
-    batch, seq, hidden = cells.shape
-    nodes = sentence_cells.shape[1]
-    nodes_p = next_power_of_2(nodes)
-    tiles = kernels.tile_options(seq, hidden, nodes_p)
-    kernels.sentence_update_backward_kernel[(batch, -(-hidden // tiles["BLOCK_H"]))](
-        d_states_ptr=d_states,
-        d_cells_ptr=d_cells,
-        product_ptr=product,
-        sentence_terms_ptr=sentence_terms,
-        cells_ptr=cells,
-        sentence_cells_ptr=sentence_cells,
-        mask_ptr=mask,
-        lengths_ptr=lengths,
-        statistics_ptr=statistics,
-        d_product_ptr=d_product,
-        d_sentence_terms_ptr=d_sentence_terms,
-        d_prev_cells_ptr=d_prev_cells,
-        d_sentence_cells_ptr=d_sentence_cells,
-        seq=seq,
-        hidden=hidden,
-        **sentence_columns(product, sentence_terms, nodes, hidden),
-        NODES=nodes,
-        NODES_P=nodes_p,
-        SIGMOID_SCORES=sigmoid_scores,
-        **tiles,
-    )
-
-
-@sentence_update_backward.register_fake
-def _(*arguments):
-    return None
+@step_update_backward.register_fake
+def _(d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms, later_steps, product,
+      input_terms, sentence_terms, cells, sentence_cells, *rest):  # fmt: skip
+    return step_update_gradients(product, sentence_terms, cells, sentence_cells)
 
 
 def product_weight(window_weight, forget_from_word, sentence_gates_weight, window_width: int) -> torch.Tensor:
@@ -400,14 +320,13 @@ class FusedRecurrence(torch.autograd.Function):
     """All `num_steps` steps of Eqs. 2-3 with the Triton kernels, forward and backward, as
     `SLSTMStateTransition.forward` computes them step by step.
 
-    Each step is two matmuls and two kernels: `P = h̃^{t-1} W_h^T` (every weight on the word states, `product_weight`;
-    the word kernel reads `W ξ_i` as the sum of the window blocks of `P` at the neighbours' rows, and the sentence
-    kernel the `U_f h_j` block and the mean of the `U_g h_j`, `U_o h_j` blocks, which is `U h̄`) and
-    `γ̃^{t-1} W_G^T + b_G` (every weight on the sentence states, `sentence_weight`). Only each step's inputs are saved
-    (what gradient checkpointing of every step would keep); the backward recomputes `P`, runs the two backward
-    kernels, then two matmuls for the gradients of `h^{t-1}` and `γ^{t-1}`, and sums the weight gradient of `W_h`
-    step by step in place; that of `W_G` is one matmul over all steps at the end (its inputs are one vector per
-    sentence).
+    Each step is two matmuls and one kernel launch: `P = h̃^{t-1} W_h^T` (every weight on the word states,
+    `product_weight`: the kernel reads `W ξ_i` as the sum of the window blocks of `P` at the neighbours' rows, `U_f h_j`
+    from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
+    on the sentence states, `sentence_weight`). Only each step's inputs are saved (what gradient checkpointing of
+    every step would keep); the backward recomputes `P`, launches the backward kernel, then two matmuls for the
+    gradients of `h^{t-1}` and `γ^{t-1}`, and sums the weight gradient of `W_h` step by step in place; that of `W_G`
+    is one matmul over all steps at the end (its inputs are one vector per sentence).
 
     Inputs: `U x + b` `(batch, seq, C·H)` (its dtype is the matmuls', autocast's where autocast is on), `h^0`, `c^0`
     `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float mask `(batch, seq, 1)` and lengths `(batch, 1)`;
@@ -441,15 +360,12 @@ class FusedRecurrence(torch.autograd.Function):
                 if nodes:
                     g_in, g_keep = dropped(g, dropout_rate, dtype)  # γ̃^{t-1}
                     sentence_terms = torch.addmm(sentences_bias, g_in.flatten(1), sentences_weight.t())  # (batch, W)
-                new_h, new_c = word_update(product, input_terms, sentence_terms, c, c_g, mask, window_size, sigmoid_scores)
-                if nodes:
-                    g, new_c_g, statistics = sentence_update(
-                        product, sentence_terms, c, c_g, mask, lengths, sigmoid_scores
-                    )
-                saved += [h_in, h_keep, c, g_in, g_keep, c_g, sentence_terms, statistics]
+                h, new_c, new_g, new_c_g, statistics = step_update(
+                    product, input_terms, sentence_terms, c, c_g, mask, lengths, window_size, sigmoid_scores
+                )
+                saved += [h_in, h_keep, c, g_in, g_keep, c_g, sentence_terms, statistics if nodes else None]
                 del product  # freed before the next step allocates its own
-                h, c = new_h, new_c
-                c_g = new_c_g if nodes else c_g
+                c, g, c_g = new_c, new_g if nodes else g, new_c_g if nodes else c_g
                 outputs.append(h)
         ctx.save_for_backward(input_terms, mask, lengths, words_weight, sentences_weight, *saved)
         ctx.options = (num_steps, window_size, sigmoid_scores, dropout_rate)
@@ -477,19 +393,16 @@ class FusedRecurrence(torch.autograd.Function):
                 h_in, h_keep, c, g_in, g_keep, c_g, sentence_terms, statistics = steps[step]
                 flat_h_in = h_in.flatten(0, 1)  # (batch * seq, H)
                 product = torch.mm(flat_h_in, words_weight.t()).view(*c.shape[:2], -1)
-                d_product, d_sentence_terms, d_cells, d_next_sentence_cells = word_update_backward(
-                    d_states, d_output_states, d_cells, d_input_terms, step < num_steps - 1, product, input_terms,
-                    sentence_terms, c, c_g, mask, window_size, sigmoid_scores,
+                # The cells' gradients in two parts (through the words, through the sentence nodes): (2, ...).
+                d_product, d_sentence_terms, d_cells, d_sentence_cells = step_update_backward(
+                    d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms,
+                    step < num_steps - 1, product, input_terms, sentence_terms, c, c_g, mask, lengths, statistics,
+                    window_size, sigmoid_scores,
                 )  # fmt: skip
                 if nodes:
-                    sentence_update_backward(
-                        d_sentence_states, d_sentence_cells, product, sentence_terms, c, c_g, mask, lengths,
-                        statistics, d_product, d_sentence_terms, d_cells, d_next_sentence_cells, sigmoid_scores,
-                    )  # fmt: skip
                     d_sentence_terms_per_step.append(d_sentence_terms)
                     d_g_in = torch.mm(d_sentence_terms, sentences_weight)  # (batch, K·H)
                     d_sentence_states = undropped(d_g_in.view_as(c_g), g_keep, dropout_rate)
-                d_sentence_cells = d_next_sentence_cells
                 flat_d_product = d_product.flatten(0, 1)  # (batch * seq, R)
                 d_states = undropped(torch.mm(flat_d_product, words_weight).view_as(c), h_keep, dropout_rate)
                 if d_words_weight is None:
@@ -509,9 +422,9 @@ class FusedRecurrence(torch.autograd.Function):
         return (
             d_input_terms.to(input_terms.dtype),
             d_states.to(ctx.state_dtype),
-            d_cells,
+            d_cells.sum(0),
             d_sentence_states.to(ctx.state_dtype) if nodes else None,
-            d_sentence_cells if nodes else None,
+            d_sentence_cells.sum(0) if nodes else None,
             None,
             None,
             *weight_gradients,

@@ -222,13 +222,10 @@ def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
 
 
 def fused_launches(monkeypatch) -> list[str]:
-    """Records every call of a fused kernel pair's forward operator, by name."""
+    """Records every call of the fused step's forward operator."""
     launches = []
-    for name in ("word_update", "sentence_update"):
-        operator = getattr(triton_step, name)
-        monkeypatch.setattr(
-            triton_step, name, lambda *args, _op=operator, _name=name: launches.append(_name) or _op(*args)
-        )
+    operator = triton_step.step_update
+    monkeypatch.setattr(triton_step, "step_update", lambda *args: launches.append("step_update") or operator(*args))
     return launches
 
 
@@ -243,7 +240,7 @@ def test_step_implementation_chooses_the_step(implementation, fused, device, mon
     embeds, mask = padded_batch(model.config, device, torch.float32)
     model(inputs_embeds=embeds, attention_mask=mask)
     expected = fused if fused is not None else device.type == "cuda"
-    assert launches == (["word_update", "sentence_update"] * 3 if expected else [])
+    assert launches == (["step_update"] * 3 if expected else [])
 
 
 @needs_triton
@@ -257,7 +254,7 @@ def test_a_float16_model_runs_the_kernels(device, monkeypatch):
         readable = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
         model.config.step_implementation = "triton"
         fused = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
-    assert launches == ["word_update", "sentence_update"] * 2
+    assert launches == ["step_update"] * 2
     assert fused.dtype == torch.float16 and relative_error(fused, readable) <= 1e-2
 
 
