@@ -30,7 +30,7 @@ from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_d
 from .cpu_matmul import SLSTMConv1d, SLSTMLinear
 from .crf import ConditionalRandomField
 from .tag_schemes import BIOESLabelMap, allowed_transitions
-from .triton_step import FusedSentenceUpdate, FusedWordUpdate, uses_fused_step
+from .triton_step import FusedRecurrence, uses_fused_step
 from .validation import IGNORE_INDEX, values_are_cheap_to_check
 
 
@@ -359,10 +359,10 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
     together), then the output gate `o` (unless `remove_output_gate`) and the content `u` (unless
     `context_independent_content`, where `u_i = U_u x_i + b_u` comes from the input alone).
 
-    Two implementations of the same step, chosen at every call by `config.step_implementation` (read when the step
-    runs, so it can be changed on a built model): the readable PyTorch step (`update_words`, `update_sentence`), and
-    the fused one (`fused_update_words`, `fused_update_sentence`), whose elementwise parts are Triton kernels
-    (`triton_step.py`); both share the matmuls.
+    Two implementations, chosen by [`SLSTMModel`] at every call from `config.step_implementation` (read when the
+    model runs, so it can be changed on a built model): this module's `forward`, the readable PyTorch step
+    (`update_words`, `update_sentence`) called once per step, and `fused_recurrence`, all steps at once with the
+    elementwise parts as Triton kernels and the matmuls merged (`FusedRecurrence` of `triton_step.py`).
 
     Args:
         config ([`SLSTMConfig`]): `hidden_size`, `word_representation_dim` (the word embedding plus the character
@@ -456,14 +456,11 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         """
         word_states = self.hidden_dropout(word_states)
         sentence_states = self.hidden_dropout(sentence_states)
-        fused = uses_fused_step(self.config, word_states)
-        update_words = self.fused_update_words if fused else self.update_words
-        update_sentence = self.fused_update_sentence if fused else self.update_sentence
-        new_word_states, new_word_cells = update_words(
+        new_word_states, new_word_cells = self.update_words(
             word_states, word_cells, sentence_states, sentence_cells, input_gate_terms, input_content, mask
         )
         if self.num_sentence_nodes:
-            sentence_states, sentence_cells = update_sentence(
+            sentence_states, sentence_cells = self.update_sentence(
                 word_states, word_cells, sentence_states, sentence_cells, mask, lengths
             )
         return new_word_states, new_word_cells, sentence_states, sentence_cells
@@ -522,15 +519,6 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         states = states.to(h.dtype) * mask
         return states, cells
 
-    def fused_update_words(self, h, c, g, c_g, input_gate_terms, input_content, mask) -> tuple[torch.Tensor, ...]:
-        """`update_words` (same arguments) with everything after the matmuls (the sum of the terms, gates, cell, state, mask) in one
-        Triton kernel forward and one backward (`FusedWordUpdate` of `triton_step.py`). `input_content` is `None`:
-        the kernels cover the recurrent content only."""
-        window_term, sentence_term = self.word_terms(h, g)
-        return FusedWordUpdate.apply(
-            window_term, input_gate_terms, sentence_term, c, c_g, mask, self.window_size, self.sigmoid_softmax
-        )
-
     def sentence_terms(
         self, h: torch.Tensor, g: torch.Tensor, lengths: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -572,11 +560,50 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
             states = torch.sigmoid(output_pre.squeeze(1)) * states  # o ⊙ tanh(c_g)
         return states.to(h.dtype), cells.to(h.dtype)
 
-    def fused_update_sentence(self, h, c, g, c_g, mask, lengths) -> tuple[torch.Tensor, torch.Tensor]:
-        """`update_sentence` (same arguments) with everything after the matmuls (the forget scores, their softmax over positions,
-        the node update) in one Triton kernel forward and one backward (`FusedSentenceUpdate` of `triton_step.py`)."""
-        gate_terms, sentence_forget, word_forget = self.sentence_terms(h, g, lengths)
-        return FusedSentenceUpdate.apply(word_forget, sentence_forget, gate_terms, c, c_g, mask, self.sigmoid_softmax)
+    def fused_recurrence(
+        self,
+        word_states: torch.Tensor,
+        word_cells: torch.Tensor,
+        sentence_states: torch.Tensor,
+        sentence_cells: torch.Tensor,
+        input_gate_terms: torch.Tensor,
+        mask: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """All `config.num_steps` steps of Eqs. 2-3 at once with the Triton kernels (`FusedRecurrence` of
+        `triton_step.py`): two matmuls and one kernel launch per step, the weight gradients summed inside its backward.
+        Arguments as for `forward` (the initial states; `input_content` is not covered by the kernels) ->
+        `((h^1, …, h^T), g^T)`, `g^T` the given `sentence_states` without sentence nodes. Hidden dropout is drawn
+        as `forward` draws it, in the same order."""
+        nodes = self.num_sentence_nodes
+        sentence_weights = (None,) * 5
+        if nodes:
+            sentence_weights = (
+                self.sentence_gates.weight,
+                self.sentence_gates.bias,
+                self.word_sentence.weight,
+                self.word_forget_from_sentence.weight,
+                self.word_forget_from_sentence.bias,
+            )
+        outputs = FusedRecurrence.apply(
+            input_gate_terms,
+            word_states,
+            word_cells,
+            sentence_states,
+            sentence_cells,
+            mask,
+            lengths,
+            self.word_window.weight,
+            self.word_forget_from_word.weight if nodes else None,
+            *sentence_weights,
+            self.config.num_steps,
+            self.window_size,
+            self.sigmoid_softmax,
+            self.config.hidden_dropout if self.training else 0.0,
+        )
+        if nodes:
+            return outputs[:-1], outputs[-1]
+        return outputs, sentence_states
 
 
 class SLSTMInitialStates(nn.Module):
@@ -752,19 +779,26 @@ class SLSTMModel(SLSTMPreTrainedModel):
         word_states, word_cells, sentence_states, sentence_cells = self.initial_states(inputs_embeds, mask, lengths)
 
         all_word_states = (word_states,) if output_hidden_states else None
-        for _ in range(self.config.num_steps):
-            word_states, word_cells, sentence_states, sentence_cells = self.transition(
-                word_states,
-                word_cells,
-                sentence_states,
-                sentence_cells,
-                input_gate_terms,
-                input_content,
-                mask,
-                lengths,
-            )
-            if output_hidden_states:
-                all_word_states += (word_states,)
+        if uses_fused_step(self.config, word_states):
+            steps, sentence_states = self.transition.fused_recurrence(
+                word_states, word_cells, sentence_states, sentence_cells, input_gate_terms, mask, lengths
+            )  # h^1 … h^T, g^T
+            word_states = steps[-1]
+            all_word_states = all_word_states + steps if output_hidden_states else None
+        else:
+            for _ in range(self.config.num_steps):
+                word_states, word_cells, sentence_states, sentence_cells = self.transition(
+                    word_states,
+                    word_cells,
+                    sentence_states,
+                    sentence_cells,
+                    input_gate_terms,
+                    input_content,
+                    mask,
+                    lengths,
+                )
+                if output_hidden_states:
+                    all_word_states += (word_states,)
 
         if self.config.num_sentence_nodes:
             pooled = sentence_states[:, 0]  # (batch, hidden)

@@ -10,15 +10,23 @@ from triton.compiler import ASTSource
 
 from modeling_slstm import triton_kernels
 
-FLOAT32_POINTERS = ("mask_ptr", "saved_cells_ptr", "log_normalizers_ptr")
-ABSENT_WITHOUT_NODES = ("sentence_term_ptr", "sentence_cells_ptr", "d_sentence_term_ptr", "d_sentence_cells_ptr")
+FLOAT32_POINTERS = ("mask_ptr", "lengths_ptr", "statistics_ptr", "d_input_terms_ptr")
+INTEGERS = ("seq", "hidden", "product_width", "sentence_width", "forget_column", "sentence_column")
+ABSENT_WITHOUT_NODES = (
+    "sentence_terms_ptr", "sentence_cells_ptr", "new_sentence_states_ptr", "new_sentence_cells_ptr", "statistics_ptr",
+    "d_cells_via_sentences_ptr", "d_sentence_states_ptr", "d_sentence_cells_ptr", "d_sentence_cells_via_words_ptr",
+    "d_sentence_terms_ptr", "d_prev_cells_via_sentences_ptr", "d_prev_sentence_cells_ptr",
+    "d_prev_sentence_cells_via_words_ptr",
+)  # fmt: skip
+ABSENT_AFTER_THE_LAST_STEP = ("d_output_states_ptr", "d_cells_ptr", "d_cells_via_sentences_ptr", "d_sentence_cells_ptr",
+                              "d_sentence_cells_via_words_ptr")  # fmt: skip
 
 
 def compile_for_hopper(kernel, **constants):
     names = inspect.signature(kernel.fn).parameters
     constants = {name: value for name, value in constants.items() if name in names}
     signature = {
-        name: "constexpr" if name in constants else "i32" if name in ("seq", "hidden")
+        name: "constexpr" if name in constants else "i32" if name in INTEGERS
         else "*fp32" if name in FLOAT32_POINTERS else "*bf16"
         for name in names
     }  # fmt: skip
@@ -26,20 +34,15 @@ def compile_for_hopper(kernel, **constants):
     assert "cubin" in compiled.asm, kernel
 
 
-def word(window, nodes, sigmoid):
-    gates = triton.next_power_of_2(2 * window + nodes + 2)
-    absent = {name: None for name in ABSENT_WITHOUT_NODES} if nodes == 0 else {}
-    return dict(WINDOW=window, NODES=nodes, GATES=gates, SIGMOID_SCORES=sigmoid, BLOCK_S=16, BLOCK_H=32, **absent)
+def step(window, nodes, sigmoid, last_step=False):
+    absent = dict.fromkeys((ABSENT_WITHOUT_NODES if nodes == 0 else ()) + (ABSENT_AFTER_THE_LAST_STEP if last_step else ()))
+    return dict(WINDOW=window, NODES=nodes, NODES_P=triton.next_power_of_2(max(nodes, 1)),
+                GATES=triton.next_power_of_2(2 * window + nodes + 2), SIGMOID_SCORES=sigmoid, LATER_STEPS=not last_step,
+                WORD_BLOCK_S=16, WORD_BLOCK_H=32, SENTENCE_BLOCK_S=64, SENTENCE_BLOCK_H=32, **absent)  # fmt: skip
 
 
-def sentence(nodes, sigmoid):
-    return {"NODES": nodes, "NODES_P": triton.next_power_of_2(nodes), "SIGMOID_SCORES": sigmoid, "BLOCK_S": 64,
-            "BLOCK_H": 32}  # fmt: skip
-
-
-compile_for_hopper(triton_kernels.word_update_forward_kernel, **word(1, 1, True))
-compile_for_hopper(triton_kernels.word_update_forward_kernel, **word(2, 0, True))
-compile_for_hopper(triton_kernels.word_update_backward_kernel, **word(2, 2, True))
-compile_for_hopper(triton_kernels.word_update_backward_kernel, **word(1, 0, False))
-compile_for_hopper(triton_kernels.sentence_update_forward_kernel, **sentence(1, True))
-compile_for_hopper(triton_kernels.sentence_update_backward_kernel, **sentence(2, False))
+compile_for_hopper(triton_kernels.step_forward_kernel, **step(1, 1, True))
+compile_for_hopper(triton_kernels.step_forward_kernel, **step(2, 0, False))
+compile_for_hopper(triton_kernels.step_backward_kernel, **step(2, 2, True))
+compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 1, False, last_step=True))
+compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 0, True, last_step=True))

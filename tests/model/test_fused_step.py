@@ -12,6 +12,7 @@ process with the interpreter.
 """
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -203,65 +204,29 @@ def tiles(request):
     triton_kernels.use_tiles(*previous)
 
 
-def update_gradients(update, inputs: dict, parameters: dict, outputs_weights) -> dict:
-    """The outputs of `update(**inputs)` and the gradients of every input and of `parameters` under the loss
-    `Σ outputs · outputs_weights`."""
-    inputs = {
-        name: t if t is None or name in ("mask", "lengths") else t.clone().requires_grad_()
-        for name, t in inputs.items()
-    }
-    outputs = update(**inputs)
-    loss = sum((output * weight).sum() for output, weight in zip(outputs, outputs_weights))
-    differentiable = {name: t for name, t in {**inputs, **parameters}.items() if t is not None and t.requires_grad}
-    gradients = torch.autograd.grad(loss, list(differentiable.values()), allow_unused=True)
-    results = {f"output {i}": output.detach() for i, output in enumerate(outputs)}
-    results.update({f"grad {name}": g for name, g in zip(differentiable, gradients) if g is not None})
-    return results
-
-
 @needs_triton
-def test_each_fused_update_matches_the_readable_one_across_tiles(tiles):
-    """Eq. 2 and Eq. 3, each fused update against the readable one, output by output and gradient by gradient, at
-    hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
+def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
+    """Eqs. 2-3 over all steps, the fused recurrence against the readable steps, output by output and gradient by
+    gradient, at hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
     if not KERNELS.interpreted:
         pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
-    config = tiny_config(hidden_size=40, embedding_dim=8, window_size=2, num_sentence_nodes=2)
-    transition = build(SLSTMModel, config).transition
-    generator = torch.Generator().manual_seed(3)
-    batch, seq, hidden, nodes = 2, 37, 40, 2
-    lengths = torch.tensor([[37.0], [23.0]])
-    mask = (torch.arange(seq) < lengths).unsqueeze(-1).float()  # (batch, seq, 1)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=generator)
-
-    states = {"h": randn(batch, seq, hidden) * mask, "c": randn(batch, seq, hidden) * mask,
-              "g": randn(batch, nodes, hidden), "c_g": randn(batch, nodes, hidden)}  # fmt: skip
-    words = {**states, "input_gate_terms": randn(batch, seq, transition.num_context_blocks * hidden),
-             "input_content": None, "mask": mask}  # fmt: skip
-    sentence = {**states, "mask": mask, "lengths": lengths}  # lengths: a constant of the batch, as in the model
-    parameters = dict(transition.named_parameters())
-    for readable, fused, inputs, shapes in (
-        (transition.update_words, transition.fused_update_words, words, [(batch, seq, hidden)] * 2),
-        (transition.update_sentence, transition.fused_update_sentence, sentence, [(batch, nodes, hidden)] * 2),
-    ):
-        weights = [randn(*shape) for shape in shapes]
-        expected = update_gradients(readable, inputs, parameters, weights)
-        actual = update_gradients(fused, inputs, parameters, weights)
-        assert actual.keys() == expected.keys()
-        for name in expected:
-            tolerance = TOLERANCE[torch.float32] if name.startswith("output") else 10 * TOLERANCE[torch.float32]
-            assert relative_error(actual[name], expected[name]) <= tolerance, (fused.__name__, name)
+    config = tiny_config(hidden_size=40, embedding_dim=8, window_size=2, num_sentence_nodes=2, initial_state="input")
+    model = build(SLSTMModel, config)
+    mask = torch.arange(37) < torch.tensor([[37], [23]])  # (batch, seq)
+    embeds = torch.randn(2, 37, 8, generator=torch.Generator().manual_seed(3))
+    expected = outputs_and_gradients(model, embeds, mask, "eager")
+    actual = outputs_and_gradients(model, embeds, mask, "triton")
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        tolerance = 10 * TOLERANCE[torch.float32] if name.startswith("grad ") else TOLERANCE[torch.float32]
+        assert relative_error(actual[name], expected[name]) <= tolerance, name
 
 
 def fused_launches(monkeypatch) -> list[str]:
-    """Records every call of a fused kernel pair's forward operator, by name."""
+    """Records every call of the fused step's forward operator."""
     launches = []
-    for name in ("word_update", "sentence_update"):
-        operator = getattr(triton_step, name)
-        monkeypatch.setattr(
-            triton_step, name, lambda *args, _op=operator, _name=name: launches.append(_name) or _op(*args)
-        )
+    operator = triton_step.step_update
+    monkeypatch.setattr(triton_step, "step_update", lambda *args: launches.append("step_update") or operator(*args))
     return launches
 
 
@@ -276,7 +241,7 @@ def test_step_implementation_chooses_the_step(implementation, fused, device, mon
     embeds, mask = padded_batch(model.config, device, torch.float32)
     model(inputs_embeds=embeds, attention_mask=mask)
     expected = fused if fused is not None else device.type == "cuda"
-    assert launches == (["word_update", "sentence_update"] * 3 if expected else [])
+    assert launches == (["step_update"] * 3 if expected else [])
 
 
 @needs_triton
@@ -290,7 +255,7 @@ def test_a_float16_model_runs_the_kernels(device, monkeypatch):
         readable = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
         model.config.step_implementation = "triton"
         fused = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
-    assert launches == ["word_update", "sentence_update"] * 2
+    assert launches == ["step_update"] * 2
     assert fused.dtype == torch.float16 and relative_error(fused, readable) <= 1e-2
 
 
@@ -358,3 +323,56 @@ def test_kernels_compile_for_a_gpu():
     command = [sys.executable, str(HERE / "compile_kernels_for_a_gpu.py")]
     run = subprocess.run(command, check=False, cwd=REPO, env=environment, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-5000:]
+
+
+FUSED_ENCODER_OPERATOR_BUDGET = 138
+"""Operators one training forward + backward of the fused encoder launches (`launch_counts.count_operators`), the NER
+configuration as shipped (`hub_configs/slstm-ner-crf.json`: 9 steps, window 1, one sentence node, character CNN), at
+32 sentences x 32 words as at any other size: two matmuls and one kernel launch per step forward, one matmul to recompute, one kernel
+launch and three matmuls per step backward, and the embeddings around them. Deterministic."""
+
+
+def fused_encoder_operator_count(batch: int, seq: int, device) -> int:
+    """`count_operators` of one training forward + backward of the NER configuration's encoder (at hidden 16: the
+    count does not depend on it) through the fused step, gradients set to `None` before, as an optimizer does."""
+    from run_scripts.benchmarks.launch_counts import count_operators
+
+    settings = json.loads((REPO / "hub_configs" / "slstm-ner-crf.json").read_text())
+    settings = {name: value for name, value in settings.items() if name not in ("_comment", "training_recipe")}
+    settings.update(hidden_size=16, embedding_dim=16, vocab_size=50, char_vocab_size=20, step_implementation="triton")
+    torch.manual_seed(0)
+    model = SLSTMModel(SLSTMConfig(**settings)).to(device).train()
+    mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
+    mask[0, seq // 2 :] = False
+    inputs = {"input_ids": torch.randint(4, 50, (batch, seq), device=device), "attention_mask": mask,
+              "char_ids": torch.randint(1, 20, (batch, seq, 6), device=device)}  # fmt: skip
+
+    def training_step():
+        model.zero_grad(set_to_none=True)
+        outputs = model(**inputs)
+        (outputs.last_hidden_state.sum() + outputs.pooler_output.sum()).backward()
+
+    training_step()  # the first call loads and compiles the kernels
+    return sum(count_operators(training_step).values())
+
+
+@needs_triton
+def test_the_fused_encoder_launches_few_operators_and_none_per_word(device):
+    """The count depends on neither the batch nor the sentence length; two sentences keep the interpreter cheap."""
+    count = fused_encoder_operator_count(2, 8, device)
+    assert count <= FUSED_ENCODER_OPERATOR_BUDGET
+    assert fused_encoder_operator_count(2, 64, device) == count
+
+
+@needs_triton
+def test_gradient_checkpointing_leaves_the_fused_recurrence_as_it_is(device):
+    """The fused recurrence saves only each step's inputs, what checkpointing every step would keep: with gradient
+    checkpointing enabled it runs unchanged, with the same gradients."""
+    model = build(SLSTMModel, tiny_config(num_steps=2)).to(device).train()
+    embeds, mask = padded_batch(model.config, device, torch.float32)
+    plain = outputs_and_gradients(model, embeds, mask, "triton")
+    model.gradient_checkpointing_enable()
+    checkpointed = outputs_and_gradients(model, embeds, mask, "triton")
+    assert plain.keys() == checkpointed.keys()
+    for name, tensor in plain.items():
+        assert torch.equal(checkpointed[name], tensor), name
