@@ -560,6 +560,14 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
             states = torch.sigmoid(output_pre.squeeze(1)) * states  # o ⊙ tanh(c_g)
         return states.to(h.dtype), cells.to(h.dtype)
 
+    def replaced_layers(self) -> list[str]:
+        """The step's linear layers whose weights `fused_recurrence` reads directly, and that something replaced
+        (a PEFT adapter, a quantised layer): the fused path would skip what the replacement adds."""
+        read_directly = ("word_window", "word_forget_from_word", "sentence_gates", "word_sentence",
+                         "word_forget_from_sentence")  # fmt: skip
+        layers = {name: getattr(self, name, None) for name in read_directly}  # absent without sentence nodes
+        return [name for name, layer in layers.items() if layer is not None and type(layer) is not SLSTMLinear]
+
     def fused_recurrence(
         self,
         word_states: torch.Tensor,
@@ -779,7 +787,7 @@ class SLSTMModel(SLSTMPreTrainedModel):
         word_states, word_cells, sentence_states, sentence_cells = self.initial_states(inputs_embeds, mask, lengths)
 
         all_word_states = (word_states,) if output_hidden_states else None
-        if uses_fused_step(self.config, word_states):
+        if uses_fused_step(self.config, word_states, self.transition.replaced_layers()):
             steps, sentence_states = self.transition.fused_recurrence(
                 word_states, word_cells, sentence_states, sentence_cells, input_gate_terms, mask, lengths
             )  # h^1 … h^T, g^T

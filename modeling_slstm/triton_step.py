@@ -12,6 +12,7 @@ an error that says why).
 """
 
 import functools
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import torch
@@ -64,9 +65,15 @@ def options_not_covered(config) -> list[str]:
     return [f"{name}={getattr(config, name)!r}" for name in OPTIONS_NOT_COVERED if getattr(config, name)]
 
 
-def fused_step_obstacles(config, states: torch.Tensor) -> list[str]:
-    """Why the fused step cannot run for `config` on `states` (`h^{t-1}`), one reason a string; empty when it can."""
+def fused_step_obstacles(config, states: torch.Tensor, replaced_layers: Sequence[str] = ()) -> list[str]:
+    """Why the fused step cannot run for `config` on `states` (`h^{t-1}`), one reason a string; empty when it can.
+    `replaced_layers`: the step's linear layers that are no longer plain (`SLSTMStateTransition.replaced_layers`)."""
     obstacles = [f"{option} is not covered by the kernels" for option in options_not_covered(config)]
+    if replaced_layers:
+        obstacles.append(
+            f"the step's layers {', '.join(replaced_layers)} are replaced (a PEFT adapter, a quantised layer), and "
+            "the fused recurrence reads their weights bare, without what the replacement adds"
+        )
     import_error = triton_import_error()
     if import_error:
         obstacles.append(f"triton cannot be imported ({import_error})")
@@ -80,11 +87,12 @@ def fused_step_obstacles(config, states: torch.Tensor) -> list[str]:
     return obstacles
 
 
-def uses_fused_step(config, states: torch.Tensor) -> bool:
+def uses_fused_step(config, states: torch.Tensor, replaced_layers: Sequence[str] = ()) -> bool:
     """Whether a step of a model with `config` on `states` (`h^{t-1}`) runs the Triton kernels, from
     `config.step_implementation`: `"eager"` never, `"auto"` when the tensors are on a CUDA GPU, Triton is importable,
     the dtype is float32, bfloat16 or float16 and the config's options are covered (else the readable step),
-    `"triton"` always. Reads only the config and the tensor's device and dtype, never its values.
+    `"triton"` always. Reads only the config, the tensor's device and dtype (never its values) and which layers
+    `replaced_layers` names (`"auto"` takes the readable step where any is, which runs the replacements).
 
     Raises:
         `ValueError`: If `step_implementation` is none of `"auto"`, `"eager"`, `"triton"`, or is `"triton"` where
@@ -97,7 +105,7 @@ def uses_fused_step(config, states: torch.Tensor) -> bool:
         return False
     if implementation == "auto" and not states.is_cuda:
         return False  # on the CPU the readable step is the faster one
-    obstacles = fused_step_obstacles(config, states)
+    obstacles = fused_step_obstacles(config, states, replaced_layers)
     if implementation == "auto":
         return not obstacles
     if obstacles:

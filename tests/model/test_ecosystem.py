@@ -77,6 +77,24 @@ def test_lora_on_every_encoder_linear_changes_outputs_and_trains():
     assert not torch.allclose(before, after)
 
 
+
+def test_a_lora_adapter_on_the_step_keeps_the_model_off_the_fused_step():
+    """The fused recurrence reads the step's weights bare: with an adapter on a step layer `"triton"` is refused,
+    naming the layer, and `"auto"` runs the readable step, whose outputs the adapter changes."""
+    model = build(SLSTMForSequenceClassification, num_labels=2)
+    lora = peft.get_peft_model(model, peft.LoraConfig(target_modules=["word_window"], r=2, init_lora_weights=False))
+    ids, mask = pad(random_ids([5, 3]))
+    assert lora.base_model.model.slstm.transition.replaced_layers() == ["word_window"]
+    model.config.step_implementation = "triton"
+    with pytest.raises(ValueError, match="layers word_window are replaced"):
+        lora(input_ids=ids, attention_mask=mask)
+    model.config.step_implementation = "auto"
+    with torch.no_grad(), lora.disable_adapter():
+        bare = lora(input_ids=ids, attention_mask=mask).logits
+    with torch.no_grad():
+        adapted = lora(input_ids=ids, attention_mask=mask).logits
+    assert not torch.allclose(bare, adapted)
+
 EXPORTED = {
     "encoder": (SLSTMModel, tiny_config()),
     "sentence_pooling": (SLSTMForSequenceClassification, tiny_config(num_labels=3)),
