@@ -43,6 +43,7 @@ from torch import nn
 from . import crf_parallel
 from .configuration_slstm import STEP_IMPLEMENTATIONS
 from .crf_parallel import MAX_TRACED_LENGTH
+from .custom_operators import kernel_device_obstacle
 from .tag_schemes import allowed_transitions as allowed_transitions_for_labels
 from .validation import IGNORE_INDEX, values_are_cheap_to_check
 
@@ -323,11 +324,8 @@ class ConditionalRandomField(nn.Module):
         except ImportError as error:
             return [f"triton cannot be imported ({error})"]
         obstacles = []
-        if not (emissions.is_cuda or (emissions.device.type == "cpu" and kernels_interpreted())):
-            obstacles.append(
-                f"the emissions are on {emissions.device}, and the kernels need CUDA tensors (or CPU tensors with "
-                "Triton's interpreter, TRITON_INTERPRET=1 set before the kernels are first used)"
-            )
+        if device_obstacle := kernel_device_obstacle(emissions, kernels_interpreted()):
+            obstacles.append(device_obstacle)
         if emissions.dtype not in KERNEL_DTYPES or self._compute_dtype(emissions) != torch.float32:
             obstacles.append(
                 f"the emissions are {emissions.dtype} and the scores {self.transitions.dtype}, and the kernels "

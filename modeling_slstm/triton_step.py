@@ -1,14 +1,16 @@
-"""The fused S-LSTM step: the elementwise parts of Eq. 2 and Eq. 3 as Triton kernels (`triton_kernels.py`), each a
-forward and a backward kernel behind a `torch.autograd.Function`, and the one check that decides where they run.
+"""The fused S-LSTM recurrence: all steps of Eq. 2 and Eq. 3 in one `torch.autograd.Function` (`FusedRecurrence`),
+per step one matmul of the word states with all their weights, one `addmm` for the sentence states and one Triton
+kernel (`triton_kernels.py`) for everything after them, forward and backward; and the one check that decides where it
+runs (`uses_fused_step`).
 
-`SLSTMStateTransition` (`modeling_slstm.py`) keeps its readable PyTorch step beside these as the reference and the
-fallback; `config.step_implementation` chooses (`uses_fused_step`). The matmuls stay in PyTorch either way.
+`SLSTMStateTransition` (`modeling_slstm.py`) keeps its readable PyTorch step beside it as the reference and the
+fallback; `config.step_implementation` chooses.
 
-Each kernel launch is a `torch.library.custom_op`, so `torch.compile` keeps the fused step in its graph (no graph
-break) as an opaque call, and traces the autograd functions around them.
+Each kernel launch is a `torch.library.custom_op`, so `torch.compile` keeps the fused recurrence in its graph (no
+graph break) as an opaque call, and traces the autograd function around it.
 
-This module imports without Triton (`load_kernels` imports the kernels when a step first asks); the fused step then never runs (`"auto"` takes the readable step, `"triton"` is
-an error that says why).
+This module imports without Triton (`load_kernels` imports the kernels when a step first asks); the fused recurrence
+then never runs (`"auto"` takes the readable step, `"triton"` is an error that says why).
 """
 
 import functools
@@ -18,7 +20,7 @@ from types import SimpleNamespace
 import torch
 
 from .configuration_slstm import STEP_IMPLEMENTATIONS
-from .custom_operators import operator_name
+from .custom_operators import kernel_device_obstacle, operator_name
 
 
 @functools.cache
@@ -77,11 +79,8 @@ def fused_step_obstacles(config, states: torch.Tensor, replaced_layers: Sequence
     import_error = triton_import_error()
     if import_error:
         obstacles.append(f"triton cannot be imported ({import_error})")
-    elif not (states.is_cuda or (states.device.type == "cpu" and kernels_interpreted())):
-        obstacles.append(
-            f"the tensors are on {states.device}, and the kernels need CUDA tensors (or CPU tensors with Triton's "
-            "interpreter, TRITON_INTERPRET=1 set before modeling_slstm is imported)"
-        )
+    elif device_obstacle := kernel_device_obstacle(states, kernels_interpreted()):
+        obstacles.append(device_obstacle)
     if states.dtype not in FUSED_STEP_DTYPES:
         obstacles.append(f"the dtype is {states.dtype}, and the kernels take {', '.join(map(str, FUSED_STEP_DTYPES))}")
     return obstacles
@@ -114,6 +113,7 @@ def uses_fused_step(config, states: torch.Tensor, replaced_layers: Sequence[str]
 
 
 def next_power_of_2(value: int) -> int:
+    """`triton.next_power_of_2`, without importing Triton."""
     return 1 << max(value - 1, 0).bit_length()
 
 
@@ -123,7 +123,7 @@ def launch_options(product, sentence_terms, cells, sentence_cells, window_size: 
     `U_g h_j`, `U_o h_j`, in the product rows; `W_f γ + b_f`, then the keep and output gates' terms, in the sentence
     terms; each the last `3 * nodes * hidden` columns), the gate and node counts and the tiles."""
     kernels = load_kernels()
-    batch, seq, hidden = cells.shape
+    _, seq, hidden = cells.shape
     nodes = sentence_cells.shape[1]
     gates, nodes_p = next_power_of_2(2 * window_size + nodes + 2), next_power_of_2(max(nodes, 1))
     word_tiles, sentence_tiles = kernels.tile_options(seq, hidden, gates), kernels.tile_options(seq, hidden, nodes_p)
@@ -398,7 +398,7 @@ class FusedRecurrence(torch.autograd.Function):
         d_sentence_terms_per_step = []
         with torch.autocast(input_terms.device.type, enabled=False):
             for step in reversed(range(num_steps)):
-                h_in, h_keep, c, g_in, g_keep, c_g, sentence_terms, statistics = steps[step]
+                h_in, h_keep, c, _, g_keep, c_g, sentence_terms, statistics = steps[step]  # γ̃ read at the end
                 flat_h_in = h_in.flatten(0, 1)  # (batch * seq, H)
                 product = torch.mm(flat_h_in, words_weight.t()).view(*c.shape[:2], -1)
                 # The cells' gradients in two parts (through the words, through the sentence nodes): (2, ...).

@@ -35,7 +35,7 @@ NOT_COUNTED = {f"aten::{name}" for name in VIEWS | ALLOCATIONS | METADATA | PASS
 
 def is_operator(name: str) -> bool:
     """Whether a profiler event is an operator call: ATen's or the package's custom operators."""
-    return name.startswith("aten::") or name.startswith(f"{OPERATOR_NAMESPACE}::")
+    return name.startswith(("aten::", f"{OPERATOR_NAMESPACE}::"))
 
 
 def is_launch(event: FunctionEvent) -> bool:

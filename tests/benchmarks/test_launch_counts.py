@@ -90,5 +90,10 @@ def test_counts_leave_out_views_and_allocations_and_count_copies_where_they_happ
     # Forward: fill_, clone, matmul (its mm inside), sum; backward: the seed gradient (ones_like), sum's (expand: a
     # view), the weight's mm.
     assert counts == {
-        "aten::fill_": 1, "aten::clone": 1, "aten::matmul": 1, "aten::sum": 1, "aten::ones_like": 1, "aten::mm": 1
+        "aten::fill_": 1,
+        "aten::clone": 1,
+        "aten::matmul": 1,
+        "aten::sum": 1,
+        "aten::ones_like": 1,
+        "aten::mm": 1,
     }

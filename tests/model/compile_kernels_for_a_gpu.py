@@ -35,7 +35,9 @@ def compile_for_hopper(kernel, **constants):
 
 
 def step(window, nodes, sigmoid, last_step=False):
-    absent = dict.fromkeys((ABSENT_WITHOUT_NODES if nodes == 0 else ()) + (ABSENT_AFTER_THE_LAST_STEP if last_step else ()))
+    absent = dict.fromkeys(
+        (ABSENT_WITHOUT_NODES if nodes == 0 else ()) + (ABSENT_AFTER_THE_LAST_STEP if last_step else ())
+    )
     return dict(WINDOW=window, NODES=nodes, NODES_P=triton.next_power_of_2(max(nodes, 1)),
                 GATES=triton.next_power_of_2(2 * window + nodes + 2), SIGMOID_SCORES=sigmoid, LATER_STEPS=not last_step,
                 WORD_BLOCK_S=16, WORD_BLOCK_H=32, SENTENCE_BLOCK_S=64, SENTENCE_BLOCK_H=32, **absent)  # fmt: skip

@@ -77,7 +77,6 @@ def test_lora_on_every_encoder_linear_changes_outputs_and_trains():
     assert not torch.allclose(before, after)
 
 
-
 def test_a_lora_adapter_on_the_step_keeps_the_model_off_the_fused_step():
     """The fused recurrence reads the step's weights bare: with an adapter on a step layer `"triton"` is refused,
     naming the layer, and `"auto"` runs the readable step, whose outputs the adapter changes."""
@@ -94,6 +93,7 @@ def test_a_lora_adapter_on_the_step_keeps_the_model_off_the_fused_step():
     with torch.no_grad():
         adapted = lora(input_ids=ids, attention_mask=mask).logits
     assert not torch.allclose(bare, adapted)
+
 
 EXPORTED = {
     "encoder": (SLSTMModel, tiny_config()),

@@ -5,11 +5,11 @@ import json
 
 import pytest
 import torch
+from helpers import tiny_bert_tokenizer
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from baselines import BaselineEncoderConfig
-from helpers import tiny_bert_tokenizer
 from modeling_slstm import SLSTMConfig
 from modeling_slstm.tokenization_slstm import (
     SPECIAL_TOKENS,

@@ -28,8 +28,8 @@ class NoTriton:
 
 
 sys.meta_path.insert(0, NoTriton())
-from huggingface_hub import snapshot_download  # noqa: E402
-from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline  # noqa: E402
+from huggingface_hub import snapshot_download
+from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
 folder = snapshot_download(repo_id)
 blobs = {}
@@ -48,7 +48,9 @@ local_model.config.step_implementation = "triton"
 try:
     local_model(**tokenizer(text, return_tensors="pt"))
 except ValueError as error:
-    assert "step_implementation='triton' cannot run the fused step here: triton cannot be imported" in str(error), error
+    assert "step_implementation='triton' cannot run the fused step here: triton cannot be imported" in str(error), (
+        error
+    )
 else:
     raise AssertionError("step_implementation='triton' ran without Triton")
 local_model.config.step_implementation = "auto"

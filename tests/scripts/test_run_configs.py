@@ -262,4 +262,6 @@ def test_an_explicit_per_epoch_decay_and_warmup_are_refused_together(tmp_path):
     """Both on the command line: the per-epoch decay replaces the Trainer's schedule and would drop the warmup
     silently, so the arguments are refused, naming both."""
     with pytest.raises(ValueError, match=r"--lr_decay_per_epoch 0\.9 .* --warmup_steps 4"):
-        resolve(tmp_path, REPO / "hub_configs" / "slstm-pos.json", "--lr_decay_per_epoch", "0.9", "--warmup_steps", "4")
+        resolve(
+            tmp_path, REPO / "hub_configs" / "slstm-pos.json", "--lr_decay_per_epoch", "0.9", "--warmup_steps", "4"
+        )
