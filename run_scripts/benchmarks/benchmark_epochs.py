@@ -5,7 +5,7 @@ Table 7).
 
 Each run is one epoch of `run_classification.py` (movie review, the seeded 80/10/10 split of `--split_seed 42`) or
 `run_ner.py` (CoNLL-2003 NER train split, trained in BIOES) from a config of `hub_configs/` and its training recipe
-(Adam 1e-3, batch 10, length-grouped batches), with character features as `run_scripts/paper_runs.sh` trains them,
+(Adam 1e-3, batch 10, length-grouped batches), with character features as `run_scripts/paper_runs.py` trains them,
 bf16 autocast on a GPU, no evaluation and no checkpoints; the time is the Trainer's `train_runtime` (the epoch's
 steps; data preparation and saving are outside it). Word embeddings are the configs' own (300 dimensions, random):
 the pretrained-vector packages are not needed for a timing. `+compile-graphs` runs add transformers'
