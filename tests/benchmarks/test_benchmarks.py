@@ -282,3 +282,23 @@ def test_benchmark_csvs_read_back_what_was_written(tmp_path):
     assert list(row) == speed_report.FIELDS
     assert (row["model"], row["batch"], row["length"], row["tokens_per_s"]) == ("slstm", 32, 128, 1234.5)
     assert row["data"] == "random" and row["step_implementation"] == "" and math.isnan(row["gflop"])
+
+
+def test_cpu_bf16_benchmark_tiny(tmp_path, capsys):
+    """The table of each setup, the package's own decision beside it, and that decision left as it was."""
+    from run_scripts.benchmarks import benchmark_cpu_bf16
+
+    before = cpu_matmul.bf16_decision()
+    tiny = ["--threads", "1", "--matmul_size", "32", "--batch", "2", "--length", "4", "--repeats", "1"]
+    tiny += ["--min_time", "0", "--max_repeats", "1", "--output_dir", str(tmp_path)]
+    threads = torch.get_num_threads()
+    try:
+        result = benchmark_cpu_bf16.main(tiny)
+    finally:
+        torch.set_num_threads(threads)
+    assert result["decision"] == before == cpu_matmul.bf16_decision()
+    assert list(result["matmul_seconds"]) == ["float32", "bf16"]
+    assert list(result["model_seconds"]) == [label for label, _, _ in benchmark_cpu_bf16.MODEL_SETUPS]
+    printed = capsys.readouterr().out
+    assert f"({before.reason})" in printed and "| bf16 autocast, float32 matmuls |" in printed
+    assert "| float32 |" in printed and (tmp_path / "cpu_bf16.md").read_text().strip() == printed.strip()
