@@ -14,8 +14,8 @@ edits).
 - `utilities/`: tag raw text, export to ONNX, prepare data, rescore predictions, summarise a run, plot weighted sums,
   the most-frequent-tag baseline.
 - `benchmarks/`: measurements, one entry script each: speed (`benchmark_speed.py`), training throughput, epochs, the
-  CRF's share, kernel tiles, busy machines, feature-encoder cost, long documents, launch counts, and the docs' plots
-  (`docs_plots.py`). `benchmarks/support/` holds what they share: timing and memory (`timing.py`), FLOP and byte
+  CRF's share, kernel tiles, busy machines, feature-encoder cost, long documents, launch counts, bf16 against float32
+  on the CPU (`benchmark_cpu_bf16.py`), and the docs' plots (`docs_plots.py`). `benchmarks/support/` holds what they share: timing and memory (`timing.py`), FLOP and byte
   counts (`flop_and_byte_counts.py`), device peaks and GEMM ceilings (`machine_peaks.py`), workloads
   (`workloads.py`), the timed encoders and their variants (`timed_models.py`) with the plain reference S-LSTM that
   the speed figures compare against (`reference_slstm.py`), a fresh model and its optimizer

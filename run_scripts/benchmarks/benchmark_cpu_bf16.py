@@ -117,7 +117,7 @@ def main(argv=None) -> dict:
         ["dtype", "GFLOP/s", "ms"],
         [[name, f"{flop / seconds / 1e9:.0f}", f"{seconds * 1000:.1f}"] for name, seconds in matmul.items()],
     )
-    lines.append(f"bf16 / float32 speed: {matmul['float32'] / matmul['bf16']:.2f}x")
+    lines += ["", f"bf16 / float32 speed: {matmul['float32'] / matmul['bf16']:.2f}x"]
     try:
         model = {name: median(times) for name, times in time_interleaved(model_calls(args), CPU, timing).items()}
     finally:
