@@ -354,10 +354,18 @@ def _bf16_autocast_without_fast_path(inputs: torch.Tensor) -> bool:
 
 
 def _float32_without_autocast(compute, inputs: torch.Tensor) -> torch.Tensor:
-    """`compute(inputs)` in float32 with CPU autocast off (warned once): bf16 has no fast kernel on this CPU."""
-    _warn_float32_under_bf16_autocast()
+    """`compute(inputs)` in float32 with CPU autocast off (warned once): bf16 is not faster on this CPU."""
+    _float32_matmuls_announced()
     with torch.autocast("cpu", enabled=False):
         return compute(inputs.float())
+
+
+# A constant for `torch.compile` (run once while tracing, not traced: the warning reads the CPU capability, which
+# dynamo cannot trace), so that a model compiled with `fullgraph=True` keeps one graph on such a CPU too.
+@torch.compiler.assume_constant_result
+def _float32_matmuls_announced() -> bool:
+    _warn_float32_under_bf16_autocast()
+    return True
 
 
 @cache

@@ -57,10 +57,12 @@ def fresh_decision(monkeypatch):
     cpu_matmul._warn_float32_under_bf16_autocast.cache_clear()
 
 
-def pretend_cpu(monkeypatch, cpuinfo_text: str, onednn_bf16: bool = True):
+def pretend_cpu(monkeypatch, cpuinfo_text: str, onednn_bf16: bool | None = True):
+    """This process's CPU described by `cpuinfo_text`, with or without a oneDNN bf16 path (`None`: this PyTorch's)."""
     info = cpu_matmul.parse_cpuinfo(cpuinfo_text)
     monkeypatch.setattr(cpu_matmul, "cpu_info", lambda: info)
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn_bf16)
+    if onednn_bf16 is not None:
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn_bf16)
     cpu_matmul.set_cpu_bf16(None)
 
 
@@ -225,3 +227,23 @@ def test_a_bad_override_names_the_variable_and_the_choices(monkeypatch):
         cpu_matmul.bf16_decision()
     with pytest.raises(ValueError, match="CPU bf16 choice must be one of"):
         cpu_matmul.set_cpu_bf16("yes")
+
+
+def test_a_compiled_model_keeps_one_graph_with_float32_matmuls_under_bf16_autocast(monkeypatch, caplog):
+    """`fullgraph=True` on the Intel kind: the decision and its warning are constants to `torch.compile`, not traced;
+    the compiled outputs are the eager ones. Dynamo's graph capture is what is checked (`backend="eager"`)."""
+    from modeling_slstm import SLSTMConfig, SLSTMModel
+
+    pretend_cpu(monkeypatch, INTEL_AVX512_BF16_NO_AMX, onednn_bf16=None)  # torch.compile reads the real mkldnn ops
+    monkeypatch.setattr(cpu_matmul, "probe_bf16_matmul", no_probe)
+    caplog.set_level(logging.WARNING, logger=cpu_matmul.logger.name)
+    torch.manual_seed(0)
+    model = SLSTMModel(SLSTMConfig(vocab_size=20, embedding_dim=8, hidden_size=8, num_steps=2)).eval()
+    input_ids = torch.randint(4, 20, (2, 5))
+    torch._dynamo.reset()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        compiled = torch.compile(model, fullgraph=True, backend="eager")(input_ids).last_hidden_state
+        eager = model(input_ids).last_hidden_state
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled, eager, atol=1e-2, rtol=1e-2)
+    assert sum("no fast bf16 matmul path" in record.getMessage() for record in caplog.records) == 1
