@@ -330,7 +330,8 @@ def bf16_decision() -> Bf16Decision:
     """Whether bf16 matmuls run faster than float32 ones on this CPU, and why: decided once per process from
     `set_cpu_bf16`, else the `SLSTM_CPU_BF16` environment variable, else `measured_bf16_speed`'s rule for the CPU
     kinds measured, else a one-time probe (`probe_bf16_matmul`: bf16 counts as faster when its matmul takes at most
-    `PROBE_MARGIN` of float32's time)."""
+    `PROBE_MARGIN` of float32's time). Where the two are close a probe can answer differently from one process to the
+    next (and bf16 changes results): `SLSTM_CPU_BF16` makes runs on such a CPU repeatable."""
     return _decide_bf16()
 
 
