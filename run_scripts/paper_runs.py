@@ -17,7 +17,7 @@ decay) and one of two protocols:
 The data splits stay those of seed 42 whatever `--seeds` (movie review's `--split_seed 42`). A finished run (the
 results file of its last split written) is skipped; an unfinished one resumes from the newest checkpoint in its
 folder (`--resume_from_checkpoint last`), so the driver can be stopped and restarted at any time. bf16 autocast on a
-CUDA GPU, and on a CPU with native bf16, decided each time the driver starts. After every run, and with
+CUDA GPU, and on a CPU where bf16 is faster than float32, decided each time the driver starts. After every run, and with
 `--collect_only`, the finished runs go into `<report_dir>/paper_runs.md` and `<report_dir>/classification_study.md`
 (with `classification_study.png`: dev accuracy against steps, like the paper's Figure 2).
 
@@ -354,7 +354,7 @@ class DriverArguments:
 
 
 def precision_flags() -> list[str]:
-    """bf16 autocast on a CUDA GPU, and on a CPU only where it has native bf16 (by the rule the model itself uses)."""
+    """bf16 autocast on a CUDA GPU, and on a CPU only where bf16 is faster (the decision the model itself uses)."""
     import torch
 
     from modeling_slstm.cpu_matmul import cpu_has_fast_bf16

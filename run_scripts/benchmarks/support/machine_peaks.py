@@ -46,8 +46,9 @@ def gemm_backends(device: torch.device, dtype: torch.dtype) -> list[str]:
 
 
 def ceiling_gemm_dtypes(device: torch.device, autocast_dtypes) -> list[torch.dtype]:
-    """float32, and each autocast dtype where its GEMM can beat float32's: on a GPU, or bf16 on a CPU with native bf16
-    (elsewhere a 2048³ bf16 GEMM takes tens of seconds and would not be the ceiling anyway)."""
+    """float32, and each autocast dtype where its GEMM can beat float32's: on a GPU, or bf16 on a CPU where it is faster
+    (`cpu_matmul.cpu_has_fast_bf16`; elsewhere it would not be the ceiling: half float32's speed on Intel's
+    avx512_bf16 without AMX, tens of seconds a 2048³ GEMM where bf16 is emulated)."""
     fast = [
         d for d in autocast_dtypes if device.type == "cuda" or (d == torch.bfloat16 and cpu_matmul.cpu_has_fast_bf16())
     ]

@@ -247,7 +247,7 @@ def machine_line(machine: dict) -> str:
     native = {True: "yes", False: "no"}.get(machine.get("native_bf16"), "?")
     return (
         f"{machine.get('device_name', '?')} ({machine.get('device', '?')}), CPU capability "
-        f"{machine.get('cpu_capability', '?')}, native bf16: {native}, {machine.get('threads', '?')} threads, "
+        f"{machine.get('cpu_capability', '?')}, bf16 faster: {native}, {machine.get('threads', '?')} threads, "
         f"torch {machine.get('torch', '?')}, S-LSTM float32 CPU matmul backend: {machine.get('matmul_backend', '?')} "
         f"(requested: {machine.get('matmul_backend_requested', '?')})"
     )
