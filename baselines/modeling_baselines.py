@@ -24,7 +24,7 @@ from modeling_slstm.cpu_matmul import SLSTMLinear
 from modeling_slstm.crf import ConditionalRandomField
 from modeling_slstm.modeling_slstm import SLSTMEmbeddings, SLSTMPooler, masked_mean
 from modeling_slstm.token_tagging import head_tag_count, tagging_loss_and_logits, update_head_for_labels
-from modeling_slstm.validation import check_labels_batch_size, check_values_in_range, real_token_mask
+from modeling_slstm.validation import check_labels_batch_size, naming_bad_values, real_token_mask
 
 from .configuration_baselines import BaselineEncoderConfig
 
@@ -361,9 +361,8 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
         loss = None
         if labels is not None:
             check_labels_batch_size(labels, logits.shape[0])
-            if labels.dim() == 1 and not labels.is_floating_point() and self.num_labels > 1:
-                check_values_in_range(labels, self.num_labels, "labels", "num_labels")
-            loss = self.loss_function(labels, logits, self.config)
+            with naming_bad_values(labels, self.num_labels, "labels", "num_labels"):
+                loss = self.loss_function(labels, logits, self.config)
         if not return_dict:
             return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)

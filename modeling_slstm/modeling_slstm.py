@@ -31,12 +31,7 @@ from .cpu_matmul import SLSTMConv1d, SLSTMLinear
 from .crf import ConditionalRandomField
 from .token_tagging import head_tag_count, tagging_loss_and_logits, update_head_for_labels
 from .triton_step import FusedRecurrence, uses_fused_step
-from .validation import (
-    check_labels_batch_size,
-    check_values_in_range,
-    real_token_mask,
-    values_are_cheap_to_check,
-)
+from .validation import check_labels_batch_size, naming_bad_values, real_token_mask
 
 
 def sentence_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -257,8 +252,8 @@ class SLSTMEmbeddings(nn.Module):
             # The embedding's own size, not the config's at construction: `resize_token_embeddings` and
             # `set_input_embeddings` replace the embedding.
             vocab_size = self.word_embeddings.num_embeddings
-            check_values_in_range(input_ids, vocab_size, "input_ids", "vocab_size")
-            inputs_embeds = self.word_embeddings(input_ids)  # (batch, seq, embedding_dim)
+            with naming_bad_values(input_ids, vocab_size, "input_ids", "vocab_size"):
+                inputs_embeds = self.word_embeddings(input_ids)  # (batch, seq, embedding_dim)
         elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.word_embeddings.embedding_dim:
             raise ValueError(
                 f"inputs_embeds must have shape (batch, seq, {self.word_embeddings.embedding_dim}), got "
@@ -271,9 +266,11 @@ class SLSTMEmbeddings(nn.Module):
             inputs_embeds = torch.cat([inputs_embeds, chars], dim=-1)  # (batch, seq, embedding_dim + char features)
         if self.subword_features is not None:
             self.check_subword_inputs(subword_ids, subword_attention_mask, subword_to_word, inputs_embeds)
-            features = self.subword_features(
-                subword_ids, subword_attention_mask, subword_to_word, inputs_embeds.shape[1]
-            )
+            vocab_size = self.subword_features.encoder.get_input_embeddings().num_embeddings
+            with naming_bad_values(subword_ids, vocab_size, "subword_ids", "the feature encoder's vocab_size"):
+                features = self.subword_features(
+                    subword_ids, subword_attention_mask, subword_to_word, inputs_embeds.shape[1]
+                )
             features = features.to(inputs_embeds.dtype)
             inputs_embeds = torch.cat([inputs_embeds, features], dim=-1)  # (batch, seq, output_dim)
         return self.dropout(inputs_embeds)
@@ -296,18 +293,13 @@ class SLSTMEmbeddings(nn.Module):
                 f"subword_ids, subword_attention_mask and subword_to_word of shape (batch, subwords), as an "
                 f"SLSTMTokenizer built with a subword_tokenizer returns them; missing: {', '.join(missing)}"
             )
-        batch, seq = word_embeds.shape[:2]
+        batch = word_embeds.shape[0]
         for name, value in subword_inputs.items():
             if value.dim() != 2 or value.shape != subword_ids.shape or value.shape[0] != batch:
                 raise ValueError(
                     f"{name} must have shape (batch, subwords) with batch = {batch} like the input and the shape of "
                     f"subword_ids {tuple(subword_ids.shape)}, got {tuple(value.shape)}"
                 )
-        vocab_size = self.subword_features.encoder.get_input_embeddings().num_embeddings
-        check_values_in_range(subword_ids, vocab_size, "subword_ids", "the feature encoder's vocab_size")
-        if values_are_cheap_to_check(subword_to_word):  # selecting the attended entries waits for a GPU
-            attended = subword_to_word[subword_attention_mask.bool()]
-            check_values_in_range(attended, seq, "subword_to_word (where subword_attention_mask is 1)", "seq")
 
     def char_features(self, char_ids: torch.LongTensor | None, word_embeds: torch.Tensor) -> torch.Tensor:
         """Checked `char_ids` `(batch, seq, max_word_length)` -> features `(batch, seq, char_hidden_size)` in the
@@ -323,8 +315,8 @@ class SLSTMEmbeddings(nn.Module):
                 f"{tuple(word_embeds.shape[:2])} like the input, got {tuple(char_ids.shape)}"
             )
         char_vocab_size = self.char_encoder.char_embeddings.num_embeddings
-        check_values_in_range(char_ids, char_vocab_size, "char_ids", "char_vocab_size")
-        return self.char_encoder(char_ids).to(word_embeds.dtype)
+        with naming_bad_values(char_ids, char_vocab_size, "char_ids", "char_vocab_size"):
+            return self.char_encoder(char_ids).to(word_embeds.dtype)
 
 
 class SLSTMStateTransition(GradientCheckpointingLayer):
@@ -918,9 +910,8 @@ class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
         loss = None
         if labels is not None:
             check_labels_batch_size(labels, logits.shape[0])
-            if labels.dim() == 1 and not labels.is_floating_point() and self.num_labels > 1:
-                check_values_in_range(labels, self.num_labels, "labels", "num_labels")
-            loss = self.loss_function(labels, logits, self.config)
+            with naming_bad_values(labels, self.num_labels, "labels", "num_labels"):
+                loss = self.loss_function(labels, logits, self.config)
         if not return_dict:
             return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)

@@ -16,7 +16,7 @@ from transformers.loss.loss_utils import fixed_cross_entropy
 
 from .crf import ConditionalRandomField
 from .tag_schemes import BIOESLabelMap, allowed_transitions
-from .validation import IGNORE_INDEX, check_labels_shape, check_values_in_range, real_token_mask
+from .validation import IGNORE_INDEX, check_labels_shape, naming_bad_values, real_token_mask
 
 
 def config_labels(config: PreTrainedConfig) -> tuple[str, ...]:
@@ -135,6 +135,12 @@ def bioes_gold_tags(labels: torch.LongTensor, bioes: BIOESTags) -> torch.LongTen
     return torch.where(continues, kept[known], closed[known]).masked_fill(labels == IGNORE_INDEX, IGNORE_INDEX)
 
 
+def head_gold_tags(labels: torch.LongTensor, bioes: BIOESTags | None) -> torch.LongTensor:
+    """The gold tags `(batch, seq)` in the head's scheme: the IOB2 `labels` themselves, or their BIOES form
+    (`bioes_gold_tags`) for a BIOES head."""
+    return labels if bioes is None else bioes_gold_tags(labels, bioes)
+
+
 def iob2_label_scores(tag_scores: torch.Tensor, bioes: BIOESTags, combine: Callable) -> torch.Tensor:
     """Scores `(batch, seq, len(tags))` of the BIOES tags -> `(batch, seq, num_labels)` of the IOB2 labels: each
     label's two BIOES tags (`B-X`, `S-X` for `B-X`; `I-X`, `E-X` for `I-X`) joined by `combine` (`torch.maximum` for
@@ -160,6 +166,49 @@ def crf_inference_chain(
     return attention_mask & ~is_special
 
 
+def softmax_loss_and_logits(
+    emissions: torch.Tensor, labels: torch.LongTensor | None, bioes: BIOESTags | None, **loss_kwargs
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """A softmax head: transformers' token-classification cross-entropy over positions whose label is not -100
+    (honouring the Trainer's `num_items_in_batch`), and logits: the emissions, or for a BIOES head each IOB2 label's
+    log-probability (its BIOES tags' probabilities summed). Arguments as for `tagging_loss_and_logits`."""
+    loss = None
+    if labels is not None:
+        # transformers' `ForTokenClassification` loss assumes num_labels columns: its cross-entropy, called directly.
+        flat_emissions = emissions.flatten(0, 1).float()  # (batch * seq, head tags)
+        loss = fixed_cross_entropy(flat_emissions, head_gold_tags(labels, bioes).flatten(), **loss_kwargs)
+    if bioes is None:
+        return loss, emissions
+    log_probabilities = nn.functional.log_softmax(emissions.float(), dim=-1)  # (batch, seq, head tags)
+    return loss, iob2_label_scores(log_probabilities, bioes, torch.logaddexp)
+
+
+def crf_loss_and_logits(
+    emissions: torch.Tensor,
+    labels: torch.LongTensor | None,
+    input_ids: torch.LongTensor | None,
+    attention_mask: torch.Tensor | None,
+    crf: ConditionalRandomField,
+    bioes: BIOESTags | None,
+    config: PreTrainedConfig,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """A CRF head: the negative log-likelihood averaged over sentences, on the chain of labelled real positions, and
+    logits: the CRF's max-marginals on that chain (on `crf_inference_chain` without labels; 0 off the chain), each
+    IOB2 label of a BIOES head taking the larger of its BIOES tags', so that the argmax is the (IOB2 form of the)
+    Viterbi path. Arguments as for `tagging_loss_and_logits`."""
+    implementation = config.step_implementation  # the CRF's plain loops or its kernels
+    real_tokens = real_token_mask(attention_mask, emissions)  # (batch, seq)
+    loss = None
+    if labels is None:
+        chain = crf_inference_chain(input_ids, real_tokens, config)  # (batch, seq)
+    else:
+        head_tag_ids = head_gold_tags(labels, bioes)  # (batch, seq)
+        chain = (head_tag_ids != IGNORE_INDEX) & real_tokens  # (batch, seq)
+        loss = crf(emissions, head_tag_ids, chain, reduction="mean", implementation=implementation)
+    max_marginals = crf.max_marginals(emissions, chain, implementation=implementation)  # (batch, seq, head tags)
+    return loss, max_marginals if bioes is None else iob2_label_scores(max_marginals, bioes, torch.maximum)
+
+
 def tagging_loss_and_logits(
     emissions: torch.Tensor,
     labels: torch.LongTensor | None,
@@ -171,14 +220,11 @@ def tagging_loss_and_logits(
     **loss_kwargs,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     r"""
-    The head on a classifier's emissions: the loss when `labels` are given, and the logits.
+    The head on a token classifier's emissions: the loss when `labels` are given, and the logits of the IOB2 labels
+    (`softmax_loss_and_logits`, or `crf_loss_and_logits` with a CRF).
 
-    Softmax head (`crf` is `None`): transformers' token-classification cross-entropy over positions whose label is not
-    -100 (honouring `num_items_in_batch`); logits are the emissions, or with BIOES tags each IOB2 label's
-    log-probability (the log of its two BIOES tags' summed probabilities).
-    CRF head: the negative log-likelihood averaged over sentences, on the chain of labelled real positions; logits are
-    the CRF's max-marginals on the chain of `crf_inference_chain` at inference (0 off the chain), each IOB2 label
-    taking the larger of its BIOES tags' max-marginals, so that the argmax is the (IOB2 form of the) Viterbi path.
+    Reads no value of its inputs (no host sync): a label out of range fails in an indexing, named there on the host
+    (`validation.naming_bad_values`); the data-entry code checks the values (`validation.check_batch_values`).
 
     Args:
         emissions (`torch.Tensor` of shape `(batch, seq, head tags)`): the classifier's scores of the head's tags.
@@ -187,7 +233,8 @@ def tagging_loss_and_logits(
         attention_mask (`torch.Tensor` of shape `(batch, seq)`, *optional*): 1 at real tokens; defaults to all ones.
         crf ([`ConditionalRandomField`], *optional*): the CRF over the head's tags, or `None` for a softmax head.
         bioes ([`BIOESTags`], *optional*): the BIOES tags of a BIOES head (`update_head_for_labels`), else `None`.
-        config ([`PreTrainedConfig`]): `head_tag_scheme`, `step_implementation` and the special token ids are read.
+        config ([`PreTrainedConfig`]): `num_labels`, `head_tag_scheme`, `step_implementation` and the special token
+            ids are read.
         loss_kwargs: `num_items_in_batch` from the Trainer (softmax head only).
 
     Returns:
@@ -198,30 +245,9 @@ def tagging_loss_and_logits(
             "A BIOES head needs IOB2 labels (O, B-X, I-X for every type X) in config.id2label, got the "
             f"placeholders {list(config_labels(config))}: set config.id2label and config.label2id first"
         )
-    head_tag_ids = None  # the gold tags in the head's scheme (BIOES for a BIOES head)
     if labels is not None:
         check_labels_shape(labels, tuple(emissions.shape[:2]))
-        check_values_in_range(labels, config.num_labels, "labels", "num_labels", ignore_index=IGNORE_INDEX)
-        head_tag_ids = labels if bioes is None else bioes_gold_tags(labels, bioes)  # (batch, seq)
-
-    loss = None
-    if crf is None:
-        if labels is not None:
-            # transformers' token-classification loss (its `ForTokenClassification` assumes num_labels columns).
-            flat_emissions = emissions.flatten(0, 1).float()  # (batch * seq, head tags)
-            loss = fixed_cross_entropy(flat_emissions, head_tag_ids.flatten(), **loss_kwargs)
-        scores, combine = emissions, torch.logaddexp
-        if bioes is not None:
-            scores = nn.functional.log_softmax(emissions.float(), dim=-1)  # (batch, seq, head tags)
-    else:
-        implementation = config.step_implementation  # the CRF's plain loops or its kernels
-        real_tokens = real_token_mask(attention_mask, emissions)  # (batch, seq)
-        if labels is not None:
-            chain = (head_tag_ids != IGNORE_INDEX) & real_tokens  # (batch, seq)
-            loss = crf(emissions, head_tag_ids, chain, reduction="mean", implementation=implementation)
-        else:
-            chain = crf_inference_chain(input_ids, real_tokens, config)
-        scores = crf.max_marginals(emissions, chain, implementation=implementation)  # (batch, seq, head tags)
-        combine = torch.maximum
-    logits = scores if bioes is None else iob2_label_scores(scores, bioes, combine)  # (batch, seq, num_labels)
-    return loss, logits
+    with naming_bad_values(labels, config.num_labels, "labels", "num_labels", ignore_index=IGNORE_INDEX):
+        if crf is None:
+            return softmax_loss_and_logits(emissions, labels, bioes, **loss_kwargs)
+        return crf_loss_and_logits(emissions, labels, input_ids, attention_mask, crf, bioes, config)
