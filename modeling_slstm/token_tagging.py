@@ -71,12 +71,13 @@ class BIOESTags:
         queued work. While `torch.compile` or `torch.export` traces, made afresh: a traced tensor kept here would be
         what every later eager call reads.
         """
-        label_map = self.label_map
-        if torch.compiler.is_compiling():
-            return tuple(torch.tensor(ids, device=device) for ids in (label_map.inside, *label_map.sources))
-        if device not in self.tables_by_device:
-            ids = (label_map.inside, *label_map.sources)  # inside, kept, closed
-            self.tables_by_device[device] = tuple(torch.tensor(table, device=device) for table in ids)
+        compiling = torch.compiler.is_compiling()
+        if compiling or device not in self.tables_by_device:
+            label_map = self.label_map
+            tables = tuple(torch.tensor(ids, device=device) for ids in (label_map.inside, *label_map.sources))
+            if compiling:
+                return tables
+            self.tables_by_device[device] = tables
         return self.tables_by_device[device]
 
 
