@@ -18,25 +18,13 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
 from transformers import initialization as init
-from transformers.loss.loss_utils import fixed_cross_entropy
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
 from modeling_slstm.cpu_matmul import SLSTMLinear
 from modeling_slstm.crf import ConditionalRandomField
-from modeling_slstm.modeling_slstm import (
-    SLSTMEmbeddings,
-    SLSTMPooler,
-    are_placeholders,
-    bioes_gold_tags,
-    check_values_in_range,
-    crf_inference_chain,
-    head_tag_count,
-    iob2_label_scores,
-    masked_mean,
-    real_token_mask,
-)
-from modeling_slstm.tag_schemes import BIOESLabelMap, allowed_transitions
-from modeling_slstm.validation import IGNORE_INDEX
+from modeling_slstm.modeling_slstm import SLSTMEmbeddings, SLSTMPooler, masked_mean
+from modeling_slstm.token_tagging import head_tag_count, tagging_loss_and_logits, update_head_for_labels
+from modeling_slstm.validation import check_labels_batch_size, naming_bad_values, real_token_mask
 
 from .configuration_baselines import BaselineEncoderConfig
 
@@ -330,8 +318,7 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
         self.classifier = SLSTMLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
-    # Copied from modeling_slstm.modeling_slstm.SLSTMForSequenceClassification.forward (tests/model/test_baselines.py
-    # checks that the two stay identical)
+    # The S-LSTM classifier's `forward` (tests/model/test_baselines.py checks that the two stay identical)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -373,13 +360,9 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
 
         loss = None
         if labels is not None:
-            if labels.shape[0] != logits.shape[0]:
-                raise ValueError(
-                    f"labels must have batch size {logits.shape[0]} like the input, got shape {tuple(labels.shape)}"
-                )
-            if labels.dim() == 1 and not labels.is_floating_point() and self.num_labels > 1:
-                check_values_in_range(labels, self.num_labels, "labels", "num_labels")
-            loss = self.loss_function(labels, logits, self.config)
+            check_labels_batch_size(labels, logits.shape[0])
+            with naming_bad_values(labels, self.num_labels, "labels", "num_labels"):
+                loss = self.loss_function(labels, logits, self.config)
         if not return_dict:
             return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
@@ -401,45 +384,19 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
         self.num_labels = config.num_labels
         self.encoder = BaselineModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
-        self.uses_bioes = config.head_tag_scheme == "BIOES"
         num_head_tags = head_tag_count(config)
         self.classifier = SLSTMLinear(config.hidden_size, num_head_tags)
         self.crf = ConditionalRandomField(num_head_tags) if config.use_crf else None
-        self.bioes = None
-        self.head_built_for = None  # the label names that the BIOES map and the CRF constraints were built from
-        self.update_head_for_labels()
+        self.bioes = None  # the BIOES tags of a BIOES head (`token_tagging.BIOESTags`)
+        self.head_built_for = None  # the label names that the BIOES tags and the CRF constraints were built from
+        update_head_for_labels(self)
         self.post_init()
-
-    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.update_head_for_labels
-    def update_head_for_labels(self) -> None:
-        """Builds the BIOES map (`self.bioes`) and the CRF's constraints from the labels the config holds now.
-
-        Called at construction and at the start of every `forward` (a no-op unless `config.id2label` changed): a model
-        built from `num_labels` alone, with the placeholder labels `LABEL_i`, whose labels are set afterwards (what
-        transformers' `run_ner.py` does with `--ignore_mismatched_sizes`), then trains, evaluates and saves with the
-        constraints of its real labels, i.e. as the model that reloads.
-        """
-        labels = tuple(self.config.id2label[index] for index in range(self.num_labels))
-        if labels == self.head_built_for:
-            return
-        self.head_built_for = labels
-        self.bioes = BIOESLabelMap(labels) if self.uses_bioes and not are_placeholders(labels) else None
-        if self.bioes is not None and len(self.bioes.tags) != self.classifier.out_features:
-            raise ValueError(
-                f"A BIOES head built for {self.classifier.out_features} tags cannot take the labels {list(labels)} "
-                f"({len(self.bioes.tags)} BIOES tags)"
-            )
-        head_tags = labels if self.bioes is None else self.bioes.tags
-        if self.crf is not None:
-            constrained = self.config.crf_constraints and (self.bioes is not None or not self.uses_bioes)
-            self.crf.set_allowed_transitions(allowed_transitions(head_tags) if constrained else None)
 
     @property
     def accepts_loss_kwargs(self) -> bool:
         return not self.config.use_crf
 
-    # Copied from modeling_slstm.modeling_slstm.SLSTMForTokenClassification.forward
-    # (tests/model/test_baselines.py checks that the two stay identical)
+    # The S-LSTM tagger's `forward` (tests/model/test_baselines.py checks that the two stay identical)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -465,12 +422,7 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
             `logits` `(batch, seq, num_labels)` (see the class docstring), `loss` when `labels` are given.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        self.update_head_for_labels()
-        if self.uses_bioes and self.bioes is None:
-            raise ValueError(
-                "A BIOES head needs IOB2 labels (O, B-X, I-X for every type X) in config.id2label, got the "
-                f"placeholders {list(self.head_built_for)}: set config.id2label and config.label2id first"
-            )
+        update_head_for_labels(self)
         outputs = self.base_model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -483,35 +435,9 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
             return_dict=True,
         )
         emissions = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, head tags)
-        head_tag_ids = None  # the gold tags in the head's scheme (BIOES for a BIOES head)
-        if labels is not None:
-            if labels.shape != emissions.shape[:2]:
-                raise ValueError(
-                    f"labels must have the shape of the input, (batch, seq) = {tuple(emissions.shape[:2])}, "
-                    f"got {tuple(labels.shape)}"
-                )
-            check_values_in_range(labels, self.num_labels, "labels", "num_labels", ignore_index=IGNORE_INDEX)
-            head_tag_ids = labels if self.bioes is None else bioes_gold_tags(labels, self.bioes)  # (batch, seq)
-
-        loss = None
-        if self.crf is None:
-            if labels is not None:
-                # transformers' token-classification loss (its `ForTokenClassification` assumes num_labels columns).
-                flat_emissions = emissions.flatten(0, 1).float()  # (batch * seq, head tags)
-                loss = fixed_cross_entropy(flat_emissions, head_tag_ids.flatten(), **kwargs)
-            scores, combine = emissions, torch.logaddexp
-            if self.bioes is not None:
-                scores = nn.functional.log_softmax(emissions.float(), dim=-1)  # (batch, seq, head tags)
-        else:
-            implementation = self.config.step_implementation  # the CRF's plain loops or its kernels
-            if labels is not None:
-                chain = (head_tag_ids != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
-                loss = self.crf(emissions, head_tag_ids, chain, reduction="mean", implementation=implementation)
-            else:
-                chain = crf_inference_chain(input_ids, real_token_mask(attention_mask, emissions), self.config)
-            max_marginals = self.crf.max_marginals(emissions, chain, implementation=implementation)
-            scores, combine = max_marginals, torch.maximum  # (batch, seq, head tags)
-        logits = scores if self.bioes is None else iob2_label_scores(scores, self.bioes, combine)  # (batch, seq, L)
+        loss, logits = tagging_loss_and_logits(
+            emissions, labels, input_ids, attention_mask, self.crf, self.bioes, self.config, **kwargs
+        )  # logits: (batch, seq, num_labels)
         if not return_dict:
             return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)

@@ -29,9 +29,9 @@ instead, one program per sentence (`triton_crf.py`): a training step of the CRF 
 one, whatever the sentence length (see `ConditionalRandomField.uses_kernels`). All scores are computed with autocast
 disabled in float32, whatever the dtype of the emissions (float64 stays float64).
 
-Forward methods check shapes and dtypes only: checks that read values (0/1 masks, tags in range) are `validate_mask`
-and `ConditionalRandomField.validate_tags`, for the code where data enters, and run inside the forward methods only
-where that is free (see `validation.values_are_cheap_to_check`).
+Forward methods check shapes and dtypes only, never values (a host sync, see `validation.py`): checks that read
+values (0/1 masks, tags in range) are `validate_mask` and `ConditionalRandomField.validate_tags`, for the code where
+data enters.
 """
 
 from collections.abc import Callable, Sequence
@@ -45,7 +45,7 @@ from .configuration_slstm import STEP_IMPLEMENTATIONS
 from .crf_parallel import MAX_TRACED_LENGTH
 from .custom_operators import kernel_device_obstacle
 from .tag_schemes import allowed_transitions as allowed_transitions_for_labels
-from .validation import IGNORE_INDEX, values_are_cheap_to_check
+from .validation import IGNORE_INDEX, check_mask_values, named_on_failure
 
 __all__ = ["MAX_TRACED_LENGTH", "ConditionalRandomField", "validate_mask"]
 
@@ -70,8 +70,7 @@ def validate_mask(mask: torch.Tensor) -> None:
 
     Reads the values: on a GPU this waits for the device, so call it where data enters (e.g. in a data collator).
     """
-    if mask.dtype != torch.bool and not ((mask == 0) | (mask == 1)).all():
-        raise ValueError(f"an integer mask must hold only 0 and 1, got values {torch.unique(mask).tolist()}")
+    check_mask_values(mask, "an integer mask")
 
 
 class _Scores(NamedTuple):
@@ -206,7 +205,8 @@ def _gold_score(emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor,
 def _favour_path(max_marginals: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
     """Exactly 0 on ``path`` (batch, seq) and at most ``-_TIE_MARGIN`` elsewhere, so that argmax recovers ``path``
     despite exact ties and rounding in ``max_marginals`` (batch, seq, num_tags)."""
-    on_path = nn.functional.one_hot(path, max_marginals.size(-1)).bool()  # (batch, seq, num_tags)
+    # A comparison rather than `one_hot`, which on a CPU reads the path's smallest and largest values (a host sync).
+    on_path = path.unsqueeze(-1) == torch.arange(max_marginals.size(-1), device=path.device)  # (batch, seq, tags)
     return torch.where(on_path, 0.0, max_marginals.clamp(max=-_TIE_MARGIN))
 
 
@@ -382,8 +382,8 @@ class ConditionalRandomField(nn.Module):
         """Raise a `ValueError` if ``tags`` at unmasked positions are outside ``[0, num_tags)``, or (see
         `validate_mask`) if an integer ``mask`` holds values other than 0 and 1.
 
-        Reads the values: on a GPU this waits for the device, so call it where data enters (e.g. in a data collator).
-        The forward methods run it themselves only on eager CPU tensors.
+        Reads the values: on a GPU this waits for the device, so call it where data enters (e.g. in a data collator);
+        the forward methods do not run it.
 
         Args:
             tags (`torch.LongTensor` of shape `(batch, seq)`): tag ids; any value at masked positions.
@@ -401,8 +401,8 @@ class ConditionalRandomField(nn.Module):
     def _validated(
         self, emissions: torch.Tensor, mask: torch.Tensor | None, tags: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Check the shapes and dtypes of the inputs (and their values where `values_are_cheap_to_check`); return
-        the mask as bool (all `True` if `None`) and the tags as long."""
+        """Check the shapes and dtypes of the inputs (not their values: see `validate_tags`); return the mask as
+        bool (all `True` if `None`) and the tags as long."""
         if not isinstance(emissions, torch.Tensor) or emissions.dim() != 3:
             shape = tuple(emissions.shape) if isinstance(emissions, torch.Tensor) else type(emissions).__name__
             raise ValueError(f"emissions must be a 3-D tensor (batch, seq, num_tags), got {shape}")
@@ -419,11 +419,6 @@ class ConditionalRandomField(nn.Module):
             self._check_mask_type(mask, batch_shape)
         if tags is not None:
             self._check_tags_type(tags, batch_shape)
-        if values_are_cheap_to_check(emissions):
-            if tags is not None:
-                self.validate_tags(tags, mask)
-            elif mask is not None:
-                validate_mask(mask)
         if mask is None:
             mask = torch.ones(batch_shape, dtype=torch.bool, device=emissions.device)
         return mask.bool(), None if tags is None else tags.long()
@@ -469,6 +464,14 @@ class ConditionalRandomField(nn.Module):
             sentences without unmasked positions.
         """
         mask, tags = self._validated(emissions, mask, tags)
+        # Not checked beforehand (a host sync): a tag out of range fails in an indexing, named here (on a CPU).
+        with named_on_failure(lambda: self.validate_tags(tags, mask)):
+            return self._log_likelihood(emissions, tags, mask, implementation)
+
+    def _log_likelihood(
+        self, emissions: torch.Tensor, tags: torch.Tensor, mask: torch.Tensor, implementation: str
+    ) -> torch.Tensor:
+        """`log_likelihood` of validated inputs (a bool `mask`, long `tags`)."""
         if self.uses_kernels(emissions, implementation):
             from .triton_crf import crf_log_likelihood
 

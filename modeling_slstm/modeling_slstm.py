@@ -5,12 +5,13 @@ reads its neighbours' states (local exchange) and the sentence node(s) (global e
 reads every word. Equation numbers refer to the paper; `docs/equations.md` of the repository states them and maps
 every weight below to the paper's matrices.
 
-Reading order: [`SLSTMEmbeddings`] (the word representations `x_i`: word embeddings, optionally followed by the
-character features of [`SLSTMCharCNN`] and a pretrained encoder's word features, [`SLSTMSubwordFeatures`]), [`SLSTMStateTransition`] (one recurrent step, Eqs. 2-3),
-[`SLSTMInitialStates`] (the states before the first step), [`SLSTMModel`] (the encoder: `num_steps` transitions),
-then the task models, each with its own `forward`:
-[`SLSTMForSequenceClassification`] (with [`SLSTMPooler`]) and [`SLSTMForTokenClassification`] (softmax or the
-linear-chain CRF of `crf.py`).
+Reading order, as in transformers' model files: the modules, [`SLSTMEmbeddings`] (the word representations `x_i`:
+word embeddings, optionally followed by the character features of [`SLSTMCharCNN`] and a pretrained encoder's word
+features, [`SLSTMSubwordFeatures`]), [`SLSTMStateTransition`] (one recurrent step, Eqs. 2-3), [`SLSTMInitialStates`]
+(the states before the first step) and the sentence representations of [`SLSTMPooler`]; the pretrained base
+[`SLSTMPreTrainedModel`]; the encoder [`SLSTMModel`] (`num_steps` transitions); then the task models, each with its
+own `forward`: [`SLSTMForSequenceClassification`] and [`SLSTMForTokenClassification`] (softmax or the linear-chain
+CRF of `crf.py`, with the tagging head of `token_tagging.py`).
 
 On a CUDA GPU the step's elementwise parts run as fused Triton kernels (`triton_step.py`, `triton_kernels.py`) beside
 the readable step here, which is their reference and the fallback (`config.step_implementation`).
@@ -20,33 +21,17 @@ import re
 
 import torch
 from torch import nn
-from transformers import AutoModel, PreTrainedConfig, PreTrainedModel
+from transformers import AutoModel, PreTrainedModel
 from transformers import initialization as init
-from transformers.loss.loss_utils import fixed_cross_entropy
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_dim
 from .cpu_matmul import SLSTMConv1d, SLSTMLinear
 from .crf import ConditionalRandomField
-from .tag_schemes import BIOESLabelMap, allowed_transitions
+from .token_tagging import head_tag_count, tagging_loss_and_logits, update_head_for_labels
 from .triton_step import FusedRecurrence, uses_fused_step
-from .validation import IGNORE_INDEX, values_are_cheap_to_check
-
-
-def check_values_in_range(
-    values: torch.Tensor, limit: int, name: str, limit_name: str, ignore_index: int | None = None
-) -> None:
-    """Raise a clear error when `values` (other than `ignore_index`) fall outside `[0, limit)`, where checkable."""
-    if not values_are_cheap_to_check(values):
-        return
-    checked = values if ignore_index is None else values[values != ignore_index]
-    if checked.numel() and (checked.min() < 0 or checked.max() >= limit):
-        ignored = "" if ignore_index is None else f" or {ignore_index} (ignored)"
-        raise ValueError(
-            f"{name} must be in [0, {limit}) ({limit_name}){ignored}, got values in "
-            f"[{checked.min().item()}, {checked.max().item()}]"
-        )
+from .validation import check_labels_batch_size, naming_bad_values, real_token_mask
 
 
 def sentence_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -61,14 +46,6 @@ def masked_mean(states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
     mask = attention_mask.unsqueeze(-1).to(states.dtype)  # (batch, seq, 1)
     counts = sentence_lengths(attention_mask)  # (batch, 1)
     return ((states * mask).sum(1) / counts).to(states.dtype)
-
-
-def real_token_mask(attention_mask: torch.Tensor | None, states: torch.Tensor) -> torch.Tensor:
-    """Bool `(batch, seq)` real-token mask for encoder outputs `states` `(batch, seq, hidden)`: all ones when no
-    `attention_mask` is given (its shape is checked by the encoder)."""
-    if attention_mask is None:
-        return torch.ones(states.shape[:2], dtype=torch.bool, device=states.device)
-    return attention_mask.to(device=states.device, dtype=torch.bool)
 
 
 def neighbourhood(states: torch.Tensor, window_size: int) -> torch.Tensor:
@@ -275,8 +252,8 @@ class SLSTMEmbeddings(nn.Module):
             # The embedding's own size, not the config's at construction: `resize_token_embeddings` and
             # `set_input_embeddings` replace the embedding.
             vocab_size = self.word_embeddings.num_embeddings
-            check_values_in_range(input_ids, vocab_size, "input_ids", "vocab_size")
-            inputs_embeds = self.word_embeddings(input_ids)  # (batch, seq, embedding_dim)
+            with naming_bad_values(input_ids, vocab_size, "input_ids", "vocab_size"):
+                inputs_embeds = self.word_embeddings(input_ids)  # (batch, seq, embedding_dim)
         elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.word_embeddings.embedding_dim:
             raise ValueError(
                 f"inputs_embeds must have shape (batch, seq, {self.word_embeddings.embedding_dim}), got "
@@ -289,9 +266,11 @@ class SLSTMEmbeddings(nn.Module):
             inputs_embeds = torch.cat([inputs_embeds, chars], dim=-1)  # (batch, seq, embedding_dim + char features)
         if self.subword_features is not None:
             self.check_subword_inputs(subword_ids, subword_attention_mask, subword_to_word, inputs_embeds)
-            features = self.subword_features(
-                subword_ids, subword_attention_mask, subword_to_word, inputs_embeds.shape[1]
-            )
+            vocab_size = self.subword_features.encoder.get_input_embeddings().num_embeddings
+            with naming_bad_values(subword_ids, vocab_size, "subword_ids", "the feature encoder's vocab_size"):
+                features = self.subword_features(
+                    subword_ids, subword_attention_mask, subword_to_word, inputs_embeds.shape[1]
+                )
             features = features.to(inputs_embeds.dtype)
             inputs_embeds = torch.cat([inputs_embeds, features], dim=-1)  # (batch, seq, output_dim)
         return self.dropout(inputs_embeds)
@@ -314,18 +293,13 @@ class SLSTMEmbeddings(nn.Module):
                 f"subword_ids, subword_attention_mask and subword_to_word of shape (batch, subwords), as an "
                 f"SLSTMTokenizer built with a subword_tokenizer returns them; missing: {', '.join(missing)}"
             )
-        batch, seq = word_embeds.shape[:2]
+        batch = word_embeds.shape[0]
         for name, value in subword_inputs.items():
             if value.dim() != 2 or value.shape != subword_ids.shape or value.shape[0] != batch:
                 raise ValueError(
                     f"{name} must have shape (batch, subwords) with batch = {batch} like the input and the shape of "
                     f"subword_ids {tuple(subword_ids.shape)}, got {tuple(value.shape)}"
                 )
-        vocab_size = self.subword_features.encoder.get_input_embeddings().num_embeddings
-        check_values_in_range(subword_ids, vocab_size, "subword_ids", "the feature encoder's vocab_size")
-        if values_are_cheap_to_check(subword_to_word):  # selecting the attended entries waits for a GPU
-            attended = subword_to_word[subword_attention_mask.bool()]
-            check_values_in_range(attended, seq, "subword_to_word (where subword_attention_mask is 1)", "seq")
 
     def char_features(self, char_ids: torch.LongTensor | None, word_embeds: torch.Tensor) -> torch.Tensor:
         """Checked `char_ids` `(batch, seq, max_word_length)` -> features `(batch, seq, char_hidden_size)` in the
@@ -341,8 +315,8 @@ class SLSTMEmbeddings(nn.Module):
                 f"{tuple(word_embeds.shape[:2])} like the input, got {tuple(char_ids.shape)}"
             )
         char_vocab_size = self.char_encoder.char_embeddings.num_embeddings
-        check_values_in_range(char_ids, char_vocab_size, "char_ids", "char_vocab_size")
-        return self.char_encoder(char_ids).to(word_embeds.dtype)
+        with naming_bad_values(char_ids, char_vocab_size, "char_ids", "char_vocab_size"):
+            return self.char_encoder(char_ids).to(word_embeds.dtype)
 
 
 class SLSTMStateTransition(GradientCheckpointingLayer):
@@ -660,6 +634,58 @@ class SLSTMInitialStates(nn.Module):
         return word_states, torch.zeros_like(word_states), sentence_states, torch.zeros_like(sentence_states)
 
 
+class SLSTMAttentionPooling(nn.Module):
+    r"""
+    The paper's attention over word states (Sec. 3.3): `r = Σ_t α_t h_t`, `α_t ∝ exp(uᵀ tanh(W_α h_t + b_α))`, with
+    padding given weight exactly zero; a row without real positions pools to zero (not NaN).
+
+    Args:
+        hidden_size (`int`): width of the word states.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.projection = SLSTMLinear(hidden_size, hidden_size)  # W_α, b_α
+        self.query = SLSTMLinear(hidden_size, 1, bias=False)  # u
+
+    def forward(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """`(batch, seq, hidden)`, bool `(batch, seq)` -> `(batch, hidden)`."""
+        scores = self.query(torch.tanh(self.projection(states))).squeeze(-1)  # (batch, seq)
+        dtype = torch.promote_types(scores.dtype, torch.float32)  # float64 stays float64
+        # The lowest finite score rather than -inf: exp underflows to exactly 0 next to any real score, and a row
+        # without real positions gets uniform weights that the mask then zeroes, instead of 0/0.
+        scores = scores.to(dtype).masked_fill(~attention_mask, torch.finfo(dtype).min)
+        weights = torch.softmax(scores, dim=-1) * attention_mask  # (batch, seq)
+        # A weighted sum rather than a batched matmul, which bf16 autocast would run slowly on CPUs without native bf16.
+        return (weights.to(states.dtype).unsqueeze(-1) * states).sum(dim=1)  # (batch, hidden)
+
+
+class SLSTMPooler(nn.Module):
+    r"""
+    The sentence representation a sequence classifier reads, as `config.classifier_pooling` says: `"sentence"` (the
+    encoder's `pooler_output`, the sentence node `g`), `"attention"` ([`SLSTMAttentionPooling`]) or `"mean"` (masked
+    mean of the word states).
+
+    Args:
+        config ([`SLSTMConfig`]): `classifier_pooling` and `hidden_size` are read.
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.pooling = config.classifier_pooling
+        self.attention = SLSTMAttentionPooling(config.hidden_size) if self.pooling == "attention" else None
+
+    def forward(
+        self, last_hidden_state: torch.Tensor, pooler_output: torch.Tensor, attention_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """`(batch, seq, hidden)`, `(batch, hidden)`, bool `(batch, seq)` -> `(batch, hidden)`."""
+        if self.pooling == "attention":
+            return self.attention(last_hidden_state, attention_mask)
+        if self.pooling == "mean":
+            return masked_mean(last_hidden_state, attention_mask)
+        return pooler_output
+
+
 class SLSTMPreTrainedModel(PreTrainedModel):
     r"""
     Weight initialisation and loading for the S-LSTM models.
@@ -819,58 +845,6 @@ class SLSTMModel(SLSTMPreTrainedModel):
         )
 
 
-class SLSTMAttentionPooling(nn.Module):
-    r"""
-    The paper's attention over word states (Sec. 3.3): `r = Σ_t α_t h_t`, `α_t ∝ exp(uᵀ tanh(W_α h_t + b_α))`, with
-    padding given weight exactly zero; a row without real positions pools to zero (not NaN).
-
-    Args:
-        hidden_size (`int`): width of the word states.
-    """
-
-    def __init__(self, hidden_size: int):
-        super().__init__()
-        self.projection = SLSTMLinear(hidden_size, hidden_size)  # W_α, b_α
-        self.query = SLSTMLinear(hidden_size, 1, bias=False)  # u
-
-    def forward(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """`(batch, seq, hidden)`, bool `(batch, seq)` -> `(batch, hidden)`."""
-        scores = self.query(torch.tanh(self.projection(states))).squeeze(-1)  # (batch, seq)
-        dtype = torch.promote_types(scores.dtype, torch.float32)  # float64 stays float64
-        # The lowest finite score rather than -inf: exp underflows to exactly 0 next to any real score, and a row
-        # without real positions gets uniform weights that the mask then zeroes, instead of 0/0.
-        scores = scores.to(dtype).masked_fill(~attention_mask, torch.finfo(dtype).min)
-        weights = torch.softmax(scores, dim=-1) * attention_mask  # (batch, seq)
-        # A weighted sum rather than a batched matmul, which bf16 autocast would run slowly on CPUs without native bf16.
-        return (weights.to(states.dtype).unsqueeze(-1) * states).sum(dim=1)  # (batch, hidden)
-
-
-class SLSTMPooler(nn.Module):
-    r"""
-    The sentence representation a sequence classifier reads, as `config.classifier_pooling` says: `"sentence"` (the
-    encoder's `pooler_output`, the sentence node `g`), `"attention"` ([`SLSTMAttentionPooling`]) or `"mean"` (masked
-    mean of the word states).
-
-    Args:
-        config ([`SLSTMConfig`]): `classifier_pooling` and `hidden_size` are read.
-    """
-
-    def __init__(self, config):
-        super().__init__()
-        self.pooling = config.classifier_pooling
-        self.attention = SLSTMAttentionPooling(config.hidden_size) if self.pooling == "attention" else None
-
-    def forward(
-        self, last_hidden_state: torch.Tensor, pooler_output: torch.Tensor, attention_mask: torch.Tensor
-    ) -> torch.Tensor:
-        """`(batch, seq, hidden)`, `(batch, hidden)`, bool `(batch, seq)` -> `(batch, hidden)`."""
-        if self.pooling == "attention":
-            return self.attention(last_hidden_state, attention_mask)
-        if self.pooling == "mean":
-            return masked_mean(last_hidden_state, attention_mask)
-        return pooler_output
-
-
 class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
     r"""
     S-LSTM with a sentence classifier: `y = softmax(W_c r + b_c)` where `r` follows `config.classifier_pooling`
@@ -935,105 +909,12 @@ class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
 
         loss = None
         if labels is not None:
-            if labels.shape[0] != logits.shape[0]:
-                raise ValueError(
-                    f"labels must have batch size {logits.shape[0]} like the input, got shape {tuple(labels.shape)}"
-                )
-            if labels.dim() == 1 and not labels.is_floating_point() and self.num_labels > 1:
-                check_values_in_range(labels, self.num_labels, "labels", "num_labels")
-            loss = self.loss_function(labels, logits, self.config)
+            check_labels_batch_size(labels, logits.shape[0])
+            with naming_bad_values(labels, self.num_labels, "labels", "num_labels"):
+                loss = self.loss_function(labels, logits, self.config)
         if not return_dict:
             return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
-
-
-def next_labelled_positions(labels: torch.LongTensor) -> torch.LongTensor:
-    """For each position of `labels` `(batch, seq)`, the index of the next position whose label is not -100 (`seq`
-    where none follows): a suffix minimum, so no Python loop over positions."""
-    seq = labels.size(1)
-    positions = torch.arange(seq, device=labels.device).expand_as(labels)  # (batch, seq)
-    labelled = torch.where(labels != IGNORE_INDEX, positions, seq)  # (batch, seq)
-    after = nn.functional.pad(labelled[:, 1:], (0, 1), value=seq)  # (batch, seq): labelled index of position + 1
-    return after.flip(1).cummin(dim=1).values.flip(1)
-
-
-ID_TABLES: dict[tuple[tuple[int, ...], torch.device], torch.LongTensor] = {}
-
-
-def id_table(ids: tuple[int, ...], device: torch.device) -> torch.LongTensor:
-    """`ids` as a tensor on `device`, made once per device (`ID_TABLES`): made at every call, its copy to a GPU would
-    wait for the GPU's queued work. While `torch.compile` or `torch.export` traces, made afresh: a traced tensor kept
-    in the table would be what every later eager call reads."""
-    key = (ids, device)
-    if torch.compiler.is_compiling():
-        return torch.tensor(ids, device=device)
-    if key not in ID_TABLES:
-        ID_TABLES[key] = torch.tensor(ids, device=device)
-    return ID_TABLES[key]
-
-
-def bioes_gold_tags(labels: torch.LongTensor, label_map: BIOESLabelMap) -> torch.LongTensor:
-    """IOB2 label ids `(batch, seq)` (-100 where unlabelled) -> the ids of their BIOES form in `label_map.tags`.
-
-    `B-X`/`I-X` keep their id when the next labelled position is `I-X`, else become `S-X`/`E-X` (the chain of a
-    sentence is its labelled positions, as for the CRF); `O` and -100 stay.
-    """
-    seq = labels.size(1)
-    inside, kept, closed = (
-        id_table(tuple(ids), labels.device) for ids in (label_map.inside, label_map.kept, label_map.closed)
-    )  # (num_labels,) each
-    known = labels.clamp(min=0)  # (batch, seq): -100 read as label 0, put back at the end
-    following = next_labelled_positions(labels)  # (batch, seq)
-    next_labels = known.gather(1, following.clamp(max=seq - 1))  # (batch, seq)
-    continues = (following < seq) & (next_labels == inside[known])  # (batch, seq)
-    return torch.where(continues, kept[known], closed[known]).masked_fill(labels == IGNORE_INDEX, IGNORE_INDEX)
-
-
-def iob2_label_scores(tag_scores: torch.Tensor, label_map: BIOESLabelMap, combine) -> torch.Tensor:
-    """Scores `(batch, seq, len(tags))` of the BIOES tags -> `(batch, seq, num_labels)` of the IOB2 labels: each
-    label's two BIOES tags (`B-X`, `S-X` for `B-X`; `I-X`, `E-X` for `I-X`) joined by `combine` (`torch.maximum` for
-    max-marginals, `torch.logaddexp` for log-probabilities); `O` has one tag and keeps its score."""
-    kept, closed = (id_table(tuple(ids), tag_scores.device) for ids in label_map.sources)
-    kept_scores, closed_scores = tag_scores[..., kept], tag_scores[..., closed]  # (batch, seq, num_labels)
-    return torch.where(kept == closed, kept_scores, combine(kept_scores, closed_scores))
-
-
-def are_placeholders(labels: tuple[str, ...]) -> bool:
-    """Whether `labels` are the names a config gives labels it was not told (`LABEL_0`, `LABEL_1`, ...)."""
-    return labels == tuple(f"LABEL_{index}" for index in range(len(labels)))
-
-
-def head_tag_count(config: PreTrainedConfig) -> int:
-    """The outputs of a token classifier's head: `num_labels`, or with `head_tag_scheme="BIOES"` the number of BIOES
-    tags, which IOB2 labels (`O`, then `B-X` and `I-X` per type, each type gaining `E-X` and `S-X`) fix before their
-    names are known: `2 * num_labels - 1`."""
-    labels = tuple(config.id2label[index] for index in range(config.num_labels))
-    if config.head_tag_scheme != "BIOES":
-        return config.num_labels
-    if not are_placeholders(labels):
-        return len(BIOESLabelMap(labels).tags)  # checks the labels, naming what is missing
-    if config.num_labels % 2 == 0:
-        raise ValueError(
-            "A BIOES head needs IOB2 labels: O plus B-X and I-X for every entity type X, an odd number of labels; "
-            f"got num_labels={config.num_labels}"
-        )
-    return 2 * config.num_labels - 1
-
-
-def crf_inference_chain(
-    input_ids: torch.LongTensor | None, attention_mask: torch.Tensor, config: PreTrainedConfig
-) -> torch.Tensor:
-    """The CRF chain at inference, bool `(batch, seq)`: real tokens that are not padding or sentence boundaries
-    (`config.pad_token_id`/`bos_token_id`/`eos_token_id`); the whole `attention_mask` without `input_ids`."""
-    if input_ids is None:
-        return attention_mask
-    # One comparison per id: no tensor of ids to copy to a GPU (a copy that waits for it), and no `torch.isin`,
-    # which has no ONNX translation.
-    is_special = torch.zeros_like(attention_mask)  # (batch, seq)
-    for token_id in (config.pad_token_id, config.bos_token_id, config.eos_token_id):
-        if token_id is not None:
-            is_special = is_special | (input_ids == token_id)
-    return attention_mask & ~is_special
 
 
 class SLSTMForTokenClassification(SLSTMPreTrainedModel):
@@ -1058,13 +939,16 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
     positions off the chain have logits 0.
 
     With `config.head_tag_scheme="BIOES"` (and IOB2 labels in `id2label`) the emissions and the CRF are over the
-    BIOES tags of `BIOESLabelMap(labels).tags`: gold IOB2 labels are converted in `forward`, and each IOB2 label's
+    BIOES tags of `BIOESLabelMap(labels).tags`: gold IOB2 labels are converted by the head, and each IOB2 label's
     logit joins its two BIOES tags (the larger max-marginal with the CRF, so the argmax is the IOB2 form of the BIOES
     Viterbi path; the log of the summed probabilities with the softmax). Users, metrics and the pipeline see IOB2.
 
+    The head's pieces (the BIOES tags, the CRF chains, the loss and logits) are those of `token_tagging.py`, which the
+    baseline encoders' token classifiers share.
+
     Args:
         config ([`SLSTMConfig`]): model configuration; `num_labels`/`id2label`, `use_crf`, `crf_constraints`,
-            `classifier_dropout`.
+            `head_tag_scheme`, `classifier_dropout`.
     """
 
     def __init__(self, config: SLSTMConfig):
@@ -1072,37 +956,13 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
         self.num_labels = config.num_labels
         self.slstm = SLSTMModel(config)
         self.dropout = nn.Dropout(config.classifier_dropout)
-        self.uses_bioes = config.head_tag_scheme == "BIOES"
         num_head_tags = head_tag_count(config)
         self.classifier = SLSTMLinear(config.hidden_size, num_head_tags)
         self.crf = ConditionalRandomField(num_head_tags) if config.use_crf else None
-        self.bioes = None
-        self.head_built_for = None  # the label names that the BIOES map and the CRF constraints were built from
-        self.update_head_for_labels()
+        self.bioes = None  # the BIOES tags of a BIOES head (`token_tagging.BIOESTags`)
+        self.head_built_for = None  # the label names that the BIOES tags and the CRF constraints were built from
+        update_head_for_labels(self)
         self.post_init()
-
-    def update_head_for_labels(self) -> None:
-        """Builds the BIOES map (`self.bioes`) and the CRF's constraints from the labels the config holds now.
-
-        Called at construction and at the start of every `forward` (a no-op unless `config.id2label` changed): a model
-        built from `num_labels` alone, with the placeholder labels `LABEL_i`, whose labels are set afterwards (what
-        transformers' `run_ner.py` does with `--ignore_mismatched_sizes`), then trains, evaluates and saves with the
-        constraints of its real labels, i.e. as the model that reloads.
-        """
-        labels = tuple(self.config.id2label[index] for index in range(self.num_labels))
-        if labels == self.head_built_for:
-            return
-        self.head_built_for = labels
-        self.bioes = BIOESLabelMap(labels) if self.uses_bioes and not are_placeholders(labels) else None
-        if self.bioes is not None and len(self.bioes.tags) != self.classifier.out_features:
-            raise ValueError(
-                f"A BIOES head built for {self.classifier.out_features} tags cannot take the labels {list(labels)} "
-                f"({len(self.bioes.tags)} BIOES tags)"
-            )
-        head_tags = labels if self.bioes is None else self.bioes.tags
-        if self.crf is not None:
-            constrained = self.config.crf_constraints and (self.bioes is not None or not self.uses_bioes)
-            self.crf.set_allowed_transitions(allowed_transitions(head_tags) if constrained else None)
 
     @property
     def accepts_loss_kwargs(self) -> bool:
@@ -1133,12 +993,7 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
             `logits` `(batch, seq, num_labels)` (see the class docstring), `loss` when `labels` are given.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        self.update_head_for_labels()
-        if self.uses_bioes and self.bioes is None:
-            raise ValueError(
-                "A BIOES head needs IOB2 labels (O, B-X, I-X for every type X) in config.id2label, got the "
-                f"placeholders {list(self.head_built_for)}: set config.id2label and config.label2id first"
-            )
+        update_head_for_labels(self)
         outputs = self.base_model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -1151,35 +1006,9 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
             return_dict=True,
         )
         emissions = self.classifier(self.dropout(outputs.last_hidden_state))  # (batch, seq, head tags)
-        head_tag_ids = None  # the gold tags in the head's scheme (BIOES for a BIOES head)
-        if labels is not None:
-            if labels.shape != emissions.shape[:2]:
-                raise ValueError(
-                    f"labels must have the shape of the input, (batch, seq) = {tuple(emissions.shape[:2])}, "
-                    f"got {tuple(labels.shape)}"
-                )
-            check_values_in_range(labels, self.num_labels, "labels", "num_labels", ignore_index=IGNORE_INDEX)
-            head_tag_ids = labels if self.bioes is None else bioes_gold_tags(labels, self.bioes)  # (batch, seq)
-
-        loss = None
-        if self.crf is None:
-            if labels is not None:
-                # transformers' token-classification loss (its `ForTokenClassification` assumes num_labels columns).
-                flat_emissions = emissions.flatten(0, 1).float()  # (batch * seq, head tags)
-                loss = fixed_cross_entropy(flat_emissions, head_tag_ids.flatten(), **kwargs)
-            scores, combine = emissions, torch.logaddexp
-            if self.bioes is not None:
-                scores = nn.functional.log_softmax(emissions.float(), dim=-1)  # (batch, seq, head tags)
-        else:
-            implementation = self.config.step_implementation  # the CRF's plain loops or its kernels
-            if labels is not None:
-                chain = (head_tag_ids != IGNORE_INDEX) & real_token_mask(attention_mask, emissions)  # (batch, seq)
-                loss = self.crf(emissions, head_tag_ids, chain, reduction="mean", implementation=implementation)
-            else:
-                chain = crf_inference_chain(input_ids, real_token_mask(attention_mask, emissions), self.config)
-            max_marginals = self.crf.max_marginals(emissions, chain, implementation=implementation)
-            scores, combine = max_marginals, torch.maximum  # (batch, seq, head tags)
-        logits = scores if self.bioes is None else iob2_label_scores(scores, self.bioes, combine)  # (batch, seq, L)
+        loss, logits = tagging_loss_and_logits(
+            emissions, labels, input_ids, attention_mask, self.crf, self.bioes, self.config, **kwargs
+        )  # logits: (batch, seq, num_labels)
         if not return_dict:
             return tuple(v for v in (loss, logits, outputs.hidden_states) if v is not None)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)

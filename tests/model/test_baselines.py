@@ -186,10 +186,6 @@ def test_copied_forwards_stay_identical_to_the_slstm_ones(baseline_class, slstm_
     # Each task model owns its `forward` ("copy, don't abstract"); the baselines' copies must not drift from the
     # S-LSTM originals, or the comparison would no longer change the encoder only.
     assert inspect.getsource(baseline_class.forward) == inspect.getsource(slstm_class.forward)
-    if hasattr(slstm_class, "update_head_for_labels"):
-        assert inspect.getsource(baseline_class.update_head_for_labels) == inspect.getsource(
-            slstm_class.update_head_for_labels
-        )
     # The same heads around each encoder, which each model keeps under its own `base_model_prefix`.
     baseline_model = baseline_class(BaselineEncoderConfig(use_crf=True, id2label=dict(enumerate(LABELS))))
     slstm_model = slstm_class(SLSTMConfig(use_crf=True, id2label=dict(enumerate(LABELS))))

@@ -8,11 +8,11 @@ import torch
 from helpers import BIO_LABELS, BOS, EOS, build, pad, random_ids, real, tagger_config
 
 from modeling_slstm import SLSTMForTokenClassification
-from modeling_slstm.modeling_slstm import bioes_gold_tags, crf_inference_chain
-from modeling_slstm.tag_schemes import BIOESLabelMap, convert_tag_sequence, spans_to_tags, split_tag
+from modeling_slstm.tag_schemes import convert_tag_sequence, spans_to_tags, split_tag
+from modeling_slstm.token_tagging import BIOESTags, bioes_gold_tags, crf_inference_chain
 from modeling_slstm.validation import IGNORE_INDEX
 
-LABEL_MAP = BIOESLabelMap(BIO_LABELS)
+LABEL_MAP = BIOESTags(BIO_LABELS)
 
 
 def random_iob2(length: int, rng: random.Random) -> list[str]:

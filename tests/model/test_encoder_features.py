@@ -10,6 +10,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForTokenClassification,
 
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
+from modeling_slstm.validation import check_batch_values
 
 SENTENCES = [
     ["The", "unbelievable", "cats"],
@@ -242,9 +243,12 @@ def test_missing_or_inconsistent_subword_inputs_are_named(encoder_folder, tokeni
     wrong = dict(batch, subword_to_word=batch["subword_to_word"][:, :-1])
     with pytest.raises(ValueError, match=r"subword_to_word must have shape \(batch, subwords\)"):
         model(**wrong)
+    # Values are checked where data enters (the model reads none: a host sync), e.g. by the training scripts' collator.
     beyond = dict(batch, subword_to_word=batch["subword_to_word"] + batch["input_ids"].shape[1])
     with pytest.raises(ValueError, match=r"subword_to_word \(where subword_attention_mask is 1\) must be in"):
-        model(**beyond)
+        check_batch_values(beyond, model.config)
+    with pytest.raises(ValueError, match=r"subword_ids must be in \[0, \d+\) \(the feature encoder's vocab_size\)"):
+        model(**dict(batch, subword_ids=batch["subword_ids"] + 1000))
 
 
 def test_tokenizer_errors_name_the_problem(subword_tokenizer):

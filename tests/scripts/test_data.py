@@ -3,6 +3,8 @@
 from types import SimpleNamespace
 
 import pytest
+import torch
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 from run_scripts.training import data
@@ -194,3 +196,83 @@ def test_empty_and_mismatched_examples_name_file_split_and_example(tmp_path, tas
     path = write(tmp_path / "test.jsonl", f"{good}\n{line}\n")
     with pytest.raises(ValueError, match=rf"test\.jsonl \(test\), {message}"):
         data.load_splits(data_args(test_file=str(path)), task, data.read_conll)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The value checks where data enters: the models' forward methods read no values (no host sync), the training
+# scripts' collator (`ValueCheckingCollator`) checks each batch on the host with an error that names the input.
+# --------------------------------------------------------------------------------------------------------------------
+
+NER_LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+SENTENCES = [["Peter", "lives", "in", "Berlin"], ["Anna", "sleeps"]]
+
+
+def checked_collator(collator_class, **config_fields):
+    """`ValueCheckingCollator` around `collator_class(tokenizer)` for a model config of the word tokenizer of
+    `SENTENCES` (character features on), with `config_fields` overriding what the tokenizer decides."""
+    from modeling_slstm import SLSTMConfig
+    from modeling_slstm.tokenization_slstm import update_config_from_tokenizer
+
+    tokenizer = build_word_tokenizer(SENTENCES)
+    config = SLSTMConfig(use_char_features=True, id2label=dict(enumerate(NER_LABELS)))
+    update_config_from_tokenizer(config, tokenizer)
+    for field, value in config_fields.items():
+        setattr(config, field, value)
+    return data.ValueCheckingCollator(collator_class(tokenizer), config), tokenizer
+
+
+def tagged_features(tokenizer, labels=((-100, 1, 0, 0, 3, -100), (-100, 1, 0, -100))) -> list[dict]:
+    encoded = tokenizer(SENTENCES, is_split_into_words=True)
+    return [{name: encoded[name][row] for name in encoded} | {"labels": list(labels[row])} for row in range(2)]
+
+
+def test_value_checking_collator_passes_valid_batches_unchanged():
+    collator, tokenizer = checked_collator(DataCollatorForTokenClassification)
+    features = tagged_features(tokenizer)
+    checked, plain = collator(features), DataCollatorForTokenClassification(tokenizer)(features)
+    assert checked.keys() == plain.keys() and all(torch.equal(checked[name], plain[name]) for name in plain)
+
+
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        (((-100, 1, 0, 0, 5, -100), (-100, 1, 0, -100)), r"labels must be in \[0, 5\) \(num_labels\) or -100 \(ignored\), got values in \[0, 5\]"),
+        (((-100, 1, 0, 0, 3, -100), (-100, -1, 0, -100)), r"labels must be in \[0, 5\) .*got values in \[-1, 3\]"),
+    ],
+    ids=["too_large", "negative"],
+)  # fmt: skip
+def test_value_checking_collator_names_token_labels_out_of_range(labels, message):
+    collator, tokenizer = checked_collator(DataCollatorForTokenClassification)
+    with pytest.raises(ValueError, match=message):
+        collator(tagged_features(tokenizer, labels))
+
+
+def test_value_checking_collator_names_ids_outside_the_models_vocabularies():
+    # A model whose vocabularies are smaller than the tokenizer's: e.g. a checkpoint paired with another tokenizer.
+    collator, tokenizer = checked_collator(DataCollatorForTokenClassification, vocab_size=5)
+    with pytest.raises(ValueError, match=r"input_ids must be in \[0, 5\) \(vocab_size\), got values in \[0, 9\]"):
+        collator(tagged_features(tokenizer))
+    collator, tokenizer = checked_collator(DataCollatorForTokenClassification, char_vocab_size=6)
+    with pytest.raises(ValueError, match=r"char_ids must be in \[0, 6\) \(char_vocab_size\)"):
+        collator(tagged_features(tokenizer))
+
+
+def stack_rows(rows: list[dict]) -> dict:
+    """A collator for rows of equal length: each input as one tensor."""
+    return {name: torch.tensor([row[name] for row in rows]) for name in rows[0]}
+
+
+def test_value_checking_collator_names_masks_other_than_0_and_1():
+    config = checked_collator(DataCollatorForTokenClassification)[0].config
+    collator = data.ValueCheckingCollator(stack_rows, config)
+    with pytest.raises(ValueError, match=r"attention_mask must hold only 0 and 1, got values \[1, 2\]"):
+        collator([{"input_ids": [2, 4, 3], "attention_mask": [1, 2, 1]}])
+
+
+@pytest.mark.parametrize("label, message", [(3, r"\[1, 3\]"), (-1, r"\[-1, 1\]")], ids=["too_large", "negative"])
+def test_value_checking_collator_names_sequence_labels_out_of_range(label, message):
+    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=3)
+    encoded = tokenizer(SENTENCES, is_split_into_words=True)
+    features = [{"input_ids": encoded["input_ids"][row], "labels": [label, 1][row]} for row in range(2)]
+    with pytest.raises(ValueError, match=rf"labels must be in \[0, 3\) \(num_labels\), got values in {message}"):
+        collator(features)
