@@ -20,7 +20,6 @@ Writes `<name>.csv` and `<name>.md` after every run (a run stopped by `--run_tim
 training logs are `<output_dir>/<run>.log`.
 """
 
-import csv
 import json
 import subprocess
 import sys
@@ -32,7 +31,8 @@ from pathlib import Path
 import torch
 
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.speed_report import markdown_table
+from run_scripts.benchmarks.support.csv_tables import write_csv
+from run_scripts.benchmarks.support.speed_report import markdown_table
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 # The paper's seconds per training epoch (Zhang, Liu & Song 2018; one GTX 1080): S-LSTM and BiLSTM.
@@ -153,10 +153,7 @@ def report_lines(rows: list[dict], command: str) -> list[str]:
 
 
 def write_report(rows: list[dict], command: str, output_dir: Path, name: str):
-    with (output_dir / f"{name}.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()} for row in rows)
+    write_csv(rows, output_dir / f"{name}.csv", FIELDS)
     (output_dir / f"{name}.md").write_text("\n".join(report_lines(rows, command)) + "\n")
 
 
