@@ -43,8 +43,8 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 from run_scripts import REPOSITORY_ROOT, run_classification, run_ner
-from run_scripts.benchmarks.fresh_model_and_optimizer import trainer_optimizer
-from run_scripts.benchmarks.timing import machine_info
+from run_scripts.benchmarks.support.fresh_model_and_optimizer import trainer_optimizer
+from run_scripts.benchmarks.support.timing import machine_info
 from run_scripts.training.arguments import ModelArguments, check_choices, parse_arguments
 from run_scripts.training.model_setup import load_fresh_config
 from run_scripts.training.recipe import PAPER_TRAINING_RECIPE
