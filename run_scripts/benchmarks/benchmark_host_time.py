@@ -16,8 +16,8 @@ The kernels' work is removed by making every Triton launch a no-op: the kernels 
 (`TRITON_INTERPRET=1`, set here), whose launch is patched to return at once, so the custom operators' dispatch and
 the launchers' Python are timed, not the kernels. The outputs are then whatever memory held, which changes the
 figures of neither path: nothing on the host reads a value. Each figure is also printed in units of one small ATen
-operator (`torch.add` of two 8-element tensors, no autograd) timed in the same run, so that CPUs compare. One
-intra-op thread; medians over the timed steps.
+operator (`torch.add` of two 8-element tensors, no autograd) timed in the same rounds, so that CPUs compare. One
+intra-op thread; medians over the timed steps of all rounds (each round: bare steps, then a Trainer run).
 
     python run_scripts/benchmarks/benchmark_host_time.py
     python run_scripts/benchmarks/benchmark_host_time.py --tasks ner --models slstm-fused bilstm --steps 20
@@ -84,7 +84,8 @@ class HostTimeArguments:
         metadata={"help": "batch x tokens of the classification steps (movie review's mean sentence: 21 tokens)"},
     )
     hidden_size: int = field(default=8, metadata={"help": "hidden and embedding size of every model"})
-    steps: int = field(default=40, metadata={"help": "timed steps of each bare step and each Trainer run"})
+    steps: int = field(default=20, metadata={"help": "timed steps of the bare step and of the Trainer run per round"})
+    rounds: int = field(default=3, metadata={"help": "rounds of bare steps then a Trainer run"})
     warmup: int = field(default=5, metadata={"help": "untimed steps before them"})
     trainer_steps: bool = field(default=True, metadata={"help": "also time whole Trainer steps (--no_trainer_steps)"})
 
@@ -173,8 +174,8 @@ def bare_model_and_batch(task: str, model: str, hidden_size: int, batch: int, le
     return network, inputs
 
 
-def bare_step_phases(network, inputs, steps: int, warmup: int) -> dict[str, float]:
-    """Median host seconds of each of `PHASES` over `steps` training steps, after `warmup` untimed ones."""
+def bare_step_phases(network, inputs, steps: int, warmup: int) -> dict[str, list[float]]:
+    """Host seconds of each of `PHASES` in each of `steps` training steps, after `warmup` untimed ones."""
     optimizer = trainer_optimizer(network)
     steps_per_epoch = 1400  # CoNLL-2003 NER's: the decay never changes the rate within the timed steps
     decay = PAPER_TRAINING_RECIPE["lr_decay_per_epoch"]
@@ -199,7 +200,7 @@ def bare_step_phases(network, inputs, steps: int, warmup: int) -> dict[str, floa
                 (forward_end - start, backward_end - forward_end, clipping_end - backward_end, end - clipping_end),
             ):
                 times[phase].append(seconds)
-    return {phase: statistics.median(seconds) for phase, seconds in times.items()}
+    return times
 
 
 class StepEndTimes(TrainerCallback):
@@ -229,9 +230,9 @@ def write_training_file(folder: Path, task: str, count: int, length: int) -> Pat
     return path
 
 
-def trainer_step_seconds(task: str, model: str, args: HostTimeArguments, batch: int, length: int) -> float:
-    """Median host seconds of a whole Trainer step of the task's training script, on one epoch of sentences of
-    `length` tokens in batches of `batch` (the run's first `args.warmup` steps left out)."""
+def trainer_step_seconds(task: str, model: str, args: HostTimeArguments, batch: int, length: int) -> list[float]:
+    """Host seconds of each whole Trainer step of the task's training script, on one epoch of sentences of `length`
+    tokens in batches of `batch` (the run's first `args.warmup` steps left out)."""
     _, _, _, script = TASKS[task]
     timer = StepEndTimes()
 
@@ -259,29 +260,39 @@ def trainer_step_seconds(task: str, model: str, args: HostTimeArguments, batch: 
         ):
             script.main()
     intervals = [later - earlier for earlier, later in zip(timer.times, timer.times[1:])]
-    return statistics.median(intervals[args.warmup :])
+    return intervals[args.warmup :]
 
 
 def measure(task: str, model: str, shape: str, args: HostTimeArguments) -> dict:
+    """Median seconds of each phase, of the bare step (their sum) and of the whole Trainer step, over `args.rounds`
+    rounds of bare steps then a Trainer run, so that both see the same moments of a machine whose load changes."""
     batch, length = parse_shape(shape)
     network, inputs = bare_model_and_batch(task, model, args.hidden_size, batch, length)
-    row = {"task": task, "model": model, "shape": shape, **bare_step_phases(network, inputs, args.steps, args.warmup)}
+    times = {phase: [] for phase in PHASES} | {"Trainer step": [], "small operator": []}
+    for _ in range(args.rounds):
+        times["small operator"].append(small_operator_seconds())
+        for phase, seconds in bare_step_phases(network, inputs, args.steps, args.warmup).items():
+            times[phase] += seconds
+        if args.trainer_steps:
+            times["Trainer step"] += trainer_step_seconds(task, model, args, batch, length)
+    row = {"task": task, "model": model, "shape": shape}
+    row |= {name: statistics.median(seconds) for name, seconds in times.items() if seconds}
     row["bare step"] = sum(row[phase] for phase in PHASES)
     if args.trainer_steps:
-        row["Trainer step"] = trainer_step_seconds(task, model, args, batch, length)
         row["Trainer's own"] = row["Trainer step"] - row["bare step"]
     return row
 
 
-def markdown(rows: list[dict], unit: float) -> str:
+def markdown(rows: list[dict]) -> str:
     columns = [*PHASES, "bare step", "Trainer step", "Trainer's own"]
     columns = [column for column in columns if column in rows[0]]
     lines = [
-        "| config | model | batch × tokens | " + " | ".join(columns) + " |",
-        "|---|---|---|" + "---|" * len(columns),
+        "| config | model | batch × tokens | small operator | " + " | ".join(columns) + " |",
+        "|---|---|---|---|" + "---|" * len(columns),
     ]
     for row in rows:
-        cells = [f"{row[column] * 1e3:.2f} ms ({row[column] / unit:,.0f})" for column in columns]
+        unit = row["small operator"]
+        cells = [f"{unit * 1e6:.2f} us"] + [f"{row[c] * 1e3:.2f} ms ({row[c] / unit:,.0f})" for c in columns]
         if "Trainer's own" in row:
             share = row["Trainer's own"] / row["bare step"]
             cells[-1] += f", {share:.0%}"
@@ -294,7 +305,6 @@ def main(argv=None) -> list[dict]:
     args = parse_arguments(HostTimeArguments, argv, description=__doc__)
     torch.set_num_threads(1)
     info = machine_info(torch.device("cpu"))
-    unit = small_operator_seconds()
     rows = []
     with triton_launches_as_no_ops():
         for task in args.tasks:
@@ -304,11 +314,11 @@ def main(argv=None) -> list[dict]:
                     rows.append(measure(task, model, shape, args))
                     print(rows[-1], file=sys.stderr, flush=True)
     print(
-        f"CPU: {info['cpu']} ({info['cpu_capability']}), torch {info['torch']}, 1 thread. One small ATen operator "
-        f"(torch.add, 8 elements): {unit * 1e6:.2f} us; in brackets: figures in those units; the Trainer's own cost "
+        f"CPU: {info['cpu']} ({info['cpu_capability']}), torch {info['torch']}, 1 thread. In brackets: each figure in "
+        "units of one small ATen operator (torch.add of 8 elements) timed in the same rounds; the Trainer's own cost "
         "also as a share of the bare step."
     )
-    print(markdown(rows, unit))
+    print(markdown(rows))
     return rows
 
 

@@ -141,7 +141,7 @@ class DataArguments:
 class SLSTMTrainingArguments(TrainingArguments):
     """`TrainingArguments` plus the paper's per-epoch exponential learning-rate decay and L2 regularisation
     (`--l2_regularization`), token-budget batches (`--max_tokens_per_batch`) and early stopping
-    (`--early_stopping_patience`), with three defaults changed:
+    (`--early_stopping_patience`), with four defaults changed:
 
     - `hub_strategy="end"`: with `--push_to_hub`, one commit at the end of the run (model, tokenizer, code, model
       card and results) instead of one per checkpoint save;
@@ -149,6 +149,9 @@ class SLSTMTrainingArguments(TrainingArguments):
       so DDP needs no search for unused ones (which costs a graph traversal per step and warns every run);
     - `restore_callback_states_from_checkpoint=True`: a resumed run keeps its early-stopping count, so it stops where
       an uninterrupted run would.
+    - `logging_nan_inf_filter=False`: the Trainer's filter tests every step's loss for NaN and infinity in a Python
+      `if`, which makes the host wait for the device on every step; the logged loss then includes any NaN or
+      infinite step, which the training itself does either way.
     """
 
     lr_decay_per_epoch: float | None = field(
@@ -199,6 +202,13 @@ class SLSTMTrainingArguments(TrainingArguments):
         metadata={
             "help": "Stop training after this many evaluations without improvement of --metric_for_best_model "
             "(transformers' EarlyStoppingCallback; needs --load_best_model_at_end and an --eval_strategy)."
+        },
+    )
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        metadata={
+            "help": "Leave NaN and infinite training losses out of the logged loss (default here: False; true costs a "
+            "host sync per training step: the host waits for the step's loss before it goes on)."
         },
     )
     restore_callback_states_from_checkpoint: bool = field(

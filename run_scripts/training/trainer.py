@@ -55,6 +55,17 @@ class SLSTMTrainer(Trainer):
         self.model_card = model_card or {}
         self.reported_metrics = {}
         self.epoch_seeded_sampler = None  # the training (batch) sampler whose order depends on the epoch
+        self.flops_per_token = None  # `floating_point_ops`' factor, counted on the first step
+
+    def floating_point_ops(self, inputs: dict) -> int:
+        """The Trainer's estimate, 6 x tokens x parameters without the embeddings, with the parameters counted once
+        (the Trainer counts them again on every training step: a walk over all parameters per step)."""
+        main_input = inputs.get(self.model.main_input_name)
+        if main_input is None:
+            return super().floating_point_ops(inputs)
+        if self.flops_per_token is None:
+            self.flops_per_token = 6 * self.model.num_parameters(exclude_embeddings=True)
+        return self.flops_per_token * main_input.numel()
 
     def report_metrics(self, split: str, metrics: dict, num_samples: int) -> None:
         """Logs the metrics of `split` (`train`, `eval` or `test`) with its number of examples, saves them in
