@@ -10,7 +10,8 @@ and its fused step, and the 1-layer BiLSTM baseline (`hub_configs/baselines/`) b
 - a whole Trainer step of the training script (`run_ner.py`, `run_classification.py`): the time between the ends
   of consecutive optimizer steps of a real run on sentences of one length, data loading, collation, callbacks and
   bookkeeping included (the run's data preparation and its first steps are left out);
-- the Trainer's own cost: the whole step less the bare one, as a share of the bare step.
+- the Trainer's own cost: each Trainer step less the time it spent in the bare step's phases, taken in the same
+  steps, and as a share of that time.
 
 The kernels' work is removed by making every Triton launch a no-op: the kernels run in Triton's interpreter
 (`TRITON_INTERPRET=1`, set here), whose launch is patched to return at once, so the custom operators' dispatch and
@@ -203,14 +204,36 @@ def bare_step_phases(network, inputs, steps: int, warmup: int) -> dict[str, list
     return times
 
 
-class StepEndTimes(TrainerCallback):
-    """The `time.perf_counter()` of the end of every optimizer step."""
+class TrainerStepClock(TrainerCallback):
+    """Times each step of a Trainer run: `step_ends`, the end of every optimizer step, and `step_work`, the time each
+    step spent in the bare step's phases (forward with the loss, backward, clipping, the optimizer's and the
+    scheduler's steps: `timed` wraps them), so that the Trainer's own cost is taken from the same steps."""
 
     def __init__(self):
-        self.times = []
+        self.step_ends, self.step_work = [], []
+        self.work = 0.0
+        self.optimizer_step_start = None
+
+    def timed(self, function):
+        def timed_function(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.work += time.perf_counter() - start
+
+        return timed_function
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.optimizer_step_start = time.perf_counter()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.work += time.perf_counter() - self.optimizer_step_start
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.times.append(time.perf_counter())
+        self.step_ends.append(time.perf_counter())
+        self.step_work.append(self.work)
+        self.work = 0.0
 
 
 def write_training_file(folder: Path, task: str, count: int, length: int) -> Path:
@@ -230,16 +253,29 @@ def write_training_file(folder: Path, task: str, count: int, length: int) -> Pat
     return path
 
 
-def trainer_step_seconds(task: str, model: str, args: HostTimeArguments, batch: int, length: int) -> list[float]:
-    """Host seconds of each whole Trainer step of the task's training script, on one epoch of sentences of `length`
-    tokens in batches of `batch` (the run's first `args.warmup` steps left out)."""
+def trainer_step_seconds(
+    task: str, model: str, args: HostTimeArguments, batch: int, length: int
+) -> tuple[list[float], list[float]]:
+    """`(steps, own)`: host seconds of each whole Trainer step of the task's training script, on one epoch of
+    sentences of `length` tokens in batches of `batch` (the run's first `args.warmup` steps left out), and of the
+    Trainer's own part of each (the step less its forward, backward, clipping, optimizer and scheduler steps)."""
     _, _, _, script = TASKS[task]
-    timer = StepEndTimes()
+    clock = TrainerStepClock()
 
     class TimedTrainer(SLSTMTrainer):
         def __init__(self, *trainer_args, **kwargs):
             super().__init__(*trainer_args, **kwargs)
-            self.add_callback(timer)
+            self.add_callback(clock)
+            self.accelerator.backward = clock.timed(self.accelerator.backward)
+            self.accelerator.clip_grad_norm_ = clock.timed(self.accelerator.clip_grad_norm_)
+
+        def compute_loss(self, *loss_args, **kwargs):
+            return clock.timed(super().compute_loss)(*loss_args, **kwargs)
+
+        def create_scheduler(self, *scheduler_args, **kwargs):
+            scheduler = super().create_scheduler(*scheduler_args, **kwargs)
+            scheduler.step = clock.timed(scheduler.step)
+            return scheduler
 
     steps = args.warmup + args.steps + 1
     with tempfile.TemporaryDirectory() as folder:
@@ -259,8 +295,9 @@ def trainer_step_seconds(task: str, model: str, args: HostTimeArguments, batch: 
             redirect_stdout(sys.stderr),  # the run's metrics: stdout keeps the table
         ):
             script.main()
-    intervals = [later - earlier for earlier, later in zip(timer.times, timer.times[1:])]
-    return intervals[args.warmup :]
+    steps = [later - earlier for earlier, later in zip(clock.step_ends, clock.step_ends[1:])][args.warmup :]
+    work = clock.step_work[1:][args.warmup :]
+    return steps, [step - step_work for step, step_work in zip(steps, work, strict=True)]
 
 
 def measure(task: str, model: str, shape: str, args: HostTimeArguments) -> dict:
@@ -268,18 +305,20 @@ def measure(task: str, model: str, shape: str, args: HostTimeArguments) -> dict:
     rounds of bare steps then a Trainer run, so that both see the same moments of a machine whose load changes."""
     batch, length = parse_shape(shape)
     network, inputs = bare_model_and_batch(task, model, args.hidden_size, batch, length)
-    times = {phase: [] for phase in PHASES} | {"Trainer step": [], "small operator": []}
+    times = {phase: [] for phase in PHASES} | {"Trainer step": [], "Trainer's own": [], "share": []}
+    times["small operator"] = []
     for _ in range(args.rounds):
         times["small operator"].append(small_operator_seconds())
         for phase, seconds in bare_step_phases(network, inputs, args.steps, args.warmup).items():
             times[phase] += seconds
         if args.trainer_steps:
-            times["Trainer step"] += trainer_step_seconds(task, model, args, batch, length)
+            steps, own = trainer_step_seconds(task, model, args, batch, length)
+            times["Trainer step"] += steps
+            times["Trainer's own"] += own
+            times["share"] += [own_part / (step - own_part) for step, own_part in zip(steps, own, strict=True)]
     row = {"task": task, "model": model, "shape": shape}
     row |= {name: statistics.median(seconds) for name, seconds in times.items() if seconds}
     row["bare step"] = sum(row[phase] for phase in PHASES)
-    if args.trainer_steps:
-        row["Trainer's own"] = row["Trainer step"] - row["bare step"]
     return row
 
 
@@ -294,8 +333,7 @@ def markdown(rows: list[dict]) -> str:
         unit = row["small operator"]
         cells = [f"{unit * 1e6:.2f} us"] + [f"{row[c] * 1e3:.2f} ms ({row[c] / unit:,.0f})" for c in columns]
         if "Trainer's own" in row:
-            share = row["Trainer's own"] / row["bare step"]
-            cells[-1] += f", {share:.0%}"
+            cells[-1] += f", {row['share']:.0%}"
         shape = row["shape"].replace("x", " × ")
         lines.append(f"| {row['task']} | {row['model']} | {shape} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -316,7 +354,7 @@ def main(argv=None) -> list[dict]:
     print(
         f"CPU: {info['cpu']} ({info['cpu_capability']}), torch {info['torch']}, 1 thread. In brackets: each figure in "
         "units of one small ATen operator (torch.add of 8 elements) timed in the same rounds; the Trainer's own cost "
-        "also as a share of the bare step."
+        "also as a share of the bare step's phases in the same Trainer steps (medians over steps)."
     )
     print(markdown(rows))
     return rows
