@@ -242,7 +242,8 @@ class SLSTMTrainingArguments(TrainingArguments):
             "help": "Replay each training step's forward and backward from CUDA graphs, one captured per batch shape: "
             "torch.compile's mode 'reduce-overhead' (the same as --torch_compile --torch_compile_mode "
             "reduce-overhead). On a GPU the collators pad batches to a multiple of 8 tokens, so a corpus takes a few "
-            "shapes (CoNLL-2003 NER: 11 widths), each captured once. Needs a CUDA GPU."
+            "shapes (CoNLL-2003 NER: 11 widths), each captured once. The optimizer is then capturable, its learning "
+            "rates tensors on the GPU, so that its step makes no host sync either. Needs a CUDA GPU."
         },
     )
     ddp_find_unused_parameters: bool | None = field(
