@@ -1,6 +1,7 @@
 """A training step that the host never waits for: the training scripts' own code on non-logging steps (data loading,
 collation, the Trainer's bookkeeping, callbacks, clipping, optimizer, scheduler) makes no host syncs, with float and
-with tensor learning rates, and the model's step compiles into one graph.
+with tensor learning rates, and the model's step compiles into one graph; the FLOP estimate counts the parameters
+once.
 
 A host sync is a call that needs a value the device computes (`aten::item`, `aten::_local_scalar_dense`,
 `aten::is_nonzero`: a tensor in a Python `if`, `aten::nonzero`: a shape that depends on values); on a GPU each one
@@ -11,9 +12,10 @@ from unittest import mock
 
 import pytest
 import torch
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 
 from run_scripts import REPOSITORY_ROOT, run_classification, run_ner
+from run_scripts.training.arguments import SLSTMTrainingArguments
 from run_scripts.training.trainer import HostComputedLambdaLR, SLSTMTrainer, capturable_options
 
 SYNCS = {"aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::nonzero"}
@@ -202,3 +204,16 @@ def test_the_training_step_compiles_into_one_graph(traced_autograd):
     assert norm > 0.1
     for gradient, eager_gradient in zip((parameter.grad for parameter in parameters), eager_gradients, strict=True):
         torch.testing.assert_close(gradient, eager_gradient)
+
+
+def test_the_flop_estimate_counts_the_parameters_once_and_equals_the_trainers(tmp_path):
+    # The Trainer's own estimate (6 x tokens x parameters without the embeddings) is the oracle, for two batch shapes.
+    from run_scripts.benchmarks import benchmark_launch_counts
+
+    model = benchmark_launch_counts.paper_model("pos", "eager", hidden_size=8)
+    trainer = SLSTMTrainer(model=model, args=SLSTMTrainingArguments(output_dir=str(tmp_path), report_to="none"))
+    for batch, length in ((2, 5), (3, 7)):
+        inputs = benchmark_launch_counts.random_batch(model, batch, length)
+        assert trainer.floating_point_ops(inputs) == Trainer.floating_point_ops(trainer, inputs) > 0
+    with mock.patch.object(model, "num_parameters", side_effect=AssertionError("counted again")):
+        trainer.floating_point_ops(inputs)
