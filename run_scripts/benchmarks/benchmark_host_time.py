@@ -341,16 +341,20 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv=None) -> list[dict]:
     args = parse_arguments(HostTimeArguments, argv, description=__doc__)
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     info = machine_info(torch.device("cpu"))
     rows = []
-    with triton_launches_as_no_ops():
-        for task in args.tasks:
-            shapes = args.classification_shapes if task == "classification" else args.shapes
-            for shape in shapes:
-                for model in args.models:
-                    rows.append(measure(task, model, shape, args))
-                    print(rows[-1], file=sys.stderr, flush=True)
+    try:
+        with triton_launches_as_no_ops():
+            for task in args.tasks:
+                shapes = args.classification_shapes if task == "classification" else args.shapes
+                for shape in shapes:
+                    for model in args.models:
+                        rows.append(measure(task, model, shape, args))
+                        print(rows[-1], file=sys.stderr, flush=True)
+    finally:
+        torch.set_num_threads(threads)  # the training runs set one thread too
     print(
         f"CPU: {info['cpu']} ({info['cpu_capability']}), torch {info['torch']}, 1 thread. In brackets: each figure in "
         "units of one small ATen operator (torch.add of 8 elements) timed in the same rounds; the Trainer's own cost "
