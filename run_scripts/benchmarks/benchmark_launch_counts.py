@@ -4,7 +4,10 @@
 For the NER tagger (`hub_configs/slstm-ner-crf.json`: character CNN, CRF over CoNLL-2003's labels), the POS tagger
 (`slstm-pos.json`: character CNN, softmax over 45 tags) and the movie-review classifier
 (`slstm-classification-paper.json`), a fresh model in training mode on a random batch (every sentence of full length,
-every position labelled): one forward that computes the loss, and its backward. Counted with
+every position labelled): one forward that computes the loss, and its backward; and the optimizer step that
+follows (clipping at norm 3, AdamW fused or foreach, the scheduler, `zero_grad`; on a CPU foreach AdamW reads each
+parameter's step count on the host, 2 `item` calls per parameter tensor, as CUDA's capturable one does not). Counted
+with
 `launch_counts.count_launched_operators` (top-level ATen and custom operators; views and allocations left out), with
 `step_implementation="eager"` (the readable PyTorch step and the CRF's plain loops) and `"triton"` (the fused step and
 the CRF's kernels; on a CPU they run in Triton's interpreter, which this script switches on, so the counts are those
@@ -41,6 +44,8 @@ TASKS = {
     "classification": ("slstm-classification-paper.json", SLSTMForSequenceClassification, ["negative", "positive"]),
 }
 IMPLEMENTATIONS = {"readable": "eager", "fused": "triton"}
+OPTIMIZERS = {"fused AdamW": {"fused": True}, "foreach AdamW": {"foreach": True}}
+"""The Trainer's AdamW (`--optim adamw_torch_fused`, its default, or `adamw_torch`: foreach), by its options."""
 VOCAB_SIZE, CHAR_VOCAB_SIZE, WORD_LENGTH = 1000, 100, 8
 
 
@@ -116,27 +121,52 @@ def training_step_counts(model, inputs) -> Counter:
     return count_launched_operators(lambda: model(**inputs).loss.backward())
 
 
+def optimizer_step_counts(model, inputs, optimizer_options: dict) -> Counter:
+    """Operators of one optimizer step as the Trainer takes it after the forward and backward: clipping at the
+    recipe's norm 3 (`clip_grad_norm_`), AdamW's step with `optimizer_options` (one of `OPTIMIZERS`), the
+    per-epoch decay's scheduler step and `zero_grad`. The second step is counted: the first creates AdamW's state."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, **optimizer_options)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.97 ** (step // 1000))
+
+    def step():
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 3.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+
+    for _ in range(2):
+        model(**inputs).loss.backward()
+        counts = count_launched_operators(step)
+    return counts
+
+
 def count_row(task: str, shape: str, hidden_size: int | None = None, device: str = "cpu") -> dict:
-    """The counts of one task and shape, readable and fused: ``{"task", "shape", "readable", "fused",
-    "fused_operators"}`` (the last a `Counter` by operator name)."""
+    """The counts of one task and shape, readable and fused, and of an optimizer step with each of `OPTIMIZERS`:
+    ``{"task", "shape", "readable", "fused", "fused_operators", "fused AdamW", "foreach AdamW"}`` (`fused_operators`
+    a `Counter` by operator name). The optimizer step's count depends on the number of parameter tensors only, the
+    same for both implementations."""
     batch, length = parse_shape(shape)
     row = {"task": task, "shape": f"{batch}x{length}"}
     for name, implementation in IMPLEMENTATIONS.items():
         model = paper_model(task, implementation, hidden_size, device)
-        counts = training_step_counts(model, random_batch(model, batch, length, device))
+        inputs = random_batch(model, batch, length, device)
+        counts = training_step_counts(model, inputs)
         row[name] = sum(counts.values())
         row[f"{name}_operators"] = counts
+    for name, options in OPTIMIZERS.items():
+        row[name] = sum(optimizer_step_counts(model, inputs, options).values())
     return row
 
 
 def markdown(rows: list[dict], top: int = 0) -> str:
     lines = [
-        "| configuration | batch × length | readable step | fused step |",
-        "|---|---|---|---|",
+        "| configuration | batch × length | readable step | fused step | optimizer step: fused AdamW | foreach AdamW |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
         shape = row["shape"].replace("x", " × ")
-        lines.append(f"| {row['task']} | {shape} | {row['readable']:,} | {row['fused']:,} |")
+        counts = " | ".join(f"{row[name]:,}" for name in ("readable", "fused", *OPTIMIZERS))
+        lines.append(f"| {row['task']} | {shape} | {counts} |")
     for row in rows if top else []:
         frequent = ", ".join(f"{short_name(name)} {count}" for name, count in row["fused_operators"].most_common(top))
         lines.append(f"\n{row['task']} {row['shape']}, fused: {frequent}")

@@ -141,7 +141,7 @@ class DataArguments:
 class SLSTMTrainingArguments(TrainingArguments):
     """`TrainingArguments` plus the paper's per-epoch exponential learning-rate decay and L2 regularisation
     (`--l2_regularization`), token-budget batches (`--max_tokens_per_batch`) and early stopping
-    (`--early_stopping_patience`), with three defaults changed:
+    (`--early_stopping_patience`), with four defaults changed:
 
     - `hub_strategy="end"`: with `--push_to_hub`, one commit at the end of the run (model, tokenizer, code, model
       card and results) instead of one per checkpoint save;
@@ -149,6 +149,9 @@ class SLSTMTrainingArguments(TrainingArguments):
       so DDP needs no search for unused ones (which costs a graph traversal per step and warns every run);
     - `restore_callback_states_from_checkpoint=True`: a resumed run keeps its early-stopping count, so it stops where
       an uninterrupted run would.
+    - `logging_nan_inf_filter=False`: the Trainer's filter tests every step's loss for NaN and infinity in a Python
+      `if`, which makes the host wait for the device on every step; the logged loss then includes any NaN or
+      infinite step, which the training itself does either way.
     """
 
     lr_decay_per_epoch: float | None = field(
@@ -201,6 +204,13 @@ class SLSTMTrainingArguments(TrainingArguments):
             "(transformers' EarlyStoppingCallback; needs --load_best_model_at_end and an --eval_strategy)."
         },
     )
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        metadata={
+            "help": "Leave NaN and infinite training losses out of the logged loss (default here: False; true costs a "
+            "host sync per training step: the host waits for the step's loss before it goes on)."
+        },
+    )
     restore_callback_states_from_checkpoint: bool = field(
         default=True,
         metadata={
@@ -232,7 +242,8 @@ class SLSTMTrainingArguments(TrainingArguments):
             "help": "Replay each training step's forward and backward from CUDA graphs, one captured per batch shape: "
             "torch.compile's mode 'reduce-overhead' (the same as --torch_compile --torch_compile_mode "
             "reduce-overhead). On a GPU the collators pad batches to a multiple of 8 tokens, so a corpus takes a few "
-            "shapes (CoNLL-2003 NER: 11 widths), each captured once. Needs a CUDA GPU."
+            "shapes (CoNLL-2003 NER: 11 widths), each captured once. The optimizer is then capturable, its learning "
+            "rates tensors on the GPU, so that its step makes no host sync either. Needs a CUDA GPU."
         },
     )
     ddp_find_unused_parameters: bool | None = field(

@@ -55,6 +55,17 @@ class SLSTMTrainer(Trainer):
         self.model_card = model_card or {}
         self.reported_metrics = {}
         self.epoch_seeded_sampler = None  # the training (batch) sampler whose order depends on the epoch
+        self.flops_per_token = None  # `floating_point_ops`' factor, counted on the first step
+
+    def floating_point_ops(self, inputs: dict) -> int:
+        """The Trainer's estimate, 6 x tokens x parameters without the embeddings, with the parameters counted once
+        (the Trainer counts them again on every training step: a walk over all parameters per step)."""
+        main_input = inputs.get(self.model.main_input_name)
+        if main_input is None:
+            return super().floating_point_ops(inputs)
+        if self.flops_per_token is None:
+            self.flops_per_token = 6 * self.model.num_parameters(exclude_embeddings=True)
+        return self.flops_per_token * main_input.numel()
 
     def report_metrics(self, split: str, metrics: dict, num_samples: int) -> None:
         """Logs the metrics of `split` (`train`, `eval` or `test`) with its number of examples, saves them in
@@ -116,7 +127,7 @@ class SLSTMTrainer(Trainer):
         if decay is None or self.lr_scheduler is not None:
             return super().create_scheduler(num_training_steps, optimizer)
         steps_per_epoch = self.optimizer_steps_per_epoch()
-        self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+        self.lr_scheduler = HostComputedLambdaLR(
             optimizer if optimizer is not None else self.optimizer,
             lambda step: decay ** (step // steps_per_epoch),
         )
@@ -128,10 +139,11 @@ class SLSTMTrainer(Trainer):
         (`torch.optim.Adam(weight_decay=...)` adds the coefficient times each weight to its gradient), the word
         embeddings in a group without it unless `--l2_include_word_embeddings`; with
         `--feature_encoder_learning_rate`, the trainable feature-encoder weights in groups of their own with that
-        learning rate."""
+        learning rate; with `--cuda_graphs`, capturable, with learning rates on the device (`capturable_options`)."""
         l2 = self.args.l2_regularization
         encoder_learning_rate = self.args.feature_encoder_learning_rate
-        if self.optimizer is not None or (l2 is None and encoder_learning_rate is None):
+        graphed = getattr(self.args, "cuda_graphs", False)
+        if self.optimizer is not None or (l2 is None and encoder_learning_rate is None and not graphed):
             return super().create_optimizer(model)
         model = self.model if model is None else model
         if l2 is not None:
@@ -150,6 +162,8 @@ class SLSTMTrainer(Trainer):
             )
         if encoder_learning_rate is not None:
             groups = with_feature_encoder_learning_rate(model, groups, encoder_learning_rate)
+        if graphed:
+            groups, optimizer_kwargs = capturable_options(groups, optimizer_kwargs, self.args.device)
         self.optimizer = optimizer_class(groups, **optimizer_kwargs)
         return self.optimizer
 
@@ -200,6 +214,40 @@ class SLSTMTrainer(Trainer):
         self.accelerator.free_memory()  # drops the accelerator's references to the wrapper, then collects garbage
         self.accelerator.wait_for_everyone()
         super().end()
+
+
+class HostComputedLambdaLR(torch.optim.lr_scheduler.LambdaLR):
+    """`LambdaLR` whose rates are computed on the host, also for an optimizer whose learning rates are tensors (a
+    capturable one, whose step a CUDA graph replays: `capturable_options`). `LambdaLR` would multiply tensor base
+    rates on the device and read each product back (`fill_(tensor.item())`), and the Trainer reads `get_last_lr()`
+    back every step: a host sync each. Here the base rates are floats, each step writes the new rate into the tensor
+    with `fill_(float)` (one launch, no sync) and `get_last_lr()` returns floats. For float learning rates it is
+    `LambdaLR`.
+
+    Args:
+        optimizer (`torch.optim.Optimizer`): the optimizer, its learning rates floats or 0-dimensional tensors.
+        lr_lambda (`Callable[[int], float]`): the factor of the base rate at each step.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, lr_lambda):
+        for group in optimizer.param_groups:  # read once, before training (`LRScheduler` keeps a set initial_lr)
+            group.setdefault("initial_lr", float(group["lr"]))
+        super().__init__(optimizer, lr_lambda)
+
+    def get_last_lr(self) -> list[float]:
+        return [base * factor(self.last_epoch) for factor, base in zip(self.lr_lambdas, self.base_lrs, strict=True)]
+
+
+def capturable_options(groups: list[dict], optimizer_kwargs: dict, device: torch.device) -> tuple[list[dict], dict]:
+    """`(groups, optimizer_kwargs)` of an optimizer whose step a CUDA graph can hold: `capturable=True` (Adam and
+    AdamW keep their step counts on the device and never read them back) and every group's learning rate a tensor on
+    `device` of its own, which the scheduler fills between steps (`HostComputedLambdaLR`)."""
+    rates = [float(group.get("lr", optimizer_kwargs["lr"])) for group in groups]
+    groups = [
+        {**group, "lr": torch.tensor(rate, device=device), "initial_lr": rate}  # the scheduler's exact base rate
+        for group, rate in zip(groups, rates, strict=True)
+    ]
+    return groups, {**optimizer_kwargs, "capturable": True}
 
 
 def l2_parameter_groups(model: torch.nn.Module, coefficient: float, include_word_embeddings: bool) -> list[dict]:

@@ -25,6 +25,14 @@ BUDGETS = {
     ("pos", "2x32"): {"readable": 752, "fused": 139},
     ("classification", "2x21"): {"readable": 955, "fused": 148},
 }
+# One optimizer step after the forward and backward (clipping, AdamW, scheduler, zero_grad), by task: fused AdamW
+# launches the same 10 operators for any number of parameters (8 of them clipping's); foreach AdamW on a CPU adds 2
+# host reads (`item`) per parameter tensor (19 in the NER model, 16 in the others).
+OPTIMIZER_BUDGETS = {
+    "ner": {"fused AdamW": 10, "foreach AdamW": 56},
+    "pos": {"fused AdamW": 10, "foreach AdamW": 50},
+    "classification": {"fused AdamW": 10, "foreach AdamW": 50},
+}
 
 
 @contextlib.contextmanager
@@ -57,6 +65,17 @@ def counts():
             for task, shape in BUDGETS
             for implementation in benchmark_launch_counts.IMPLEMENTATIONS
         }
+
+
+@pytest.mark.parametrize("task", OPTIMIZER_BUDGETS)
+def test_optimizer_step_launches_at_most_its_budget(task):
+    model = benchmark_launch_counts.paper_model(task, "triton", 8)
+    inputs = benchmark_launch_counts.random_batch(model, 2, 8)
+    with kernels_as_fakes():
+        for name, options in benchmark_launch_counts.OPTIMIZERS.items():
+            counts = benchmark_launch_counts.optimizer_step_counts(model, inputs, options)
+            assert sum(counts.values()) <= OPTIMIZER_BUDGETS[task][name], (name, counts)
+            assert counts["aten::clamp"] == 1  # clipping's scale is applied without a host-side test of the norm
 
 
 @pytest.mark.parametrize(("task", "shape"), BUDGETS)

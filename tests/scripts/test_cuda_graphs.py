@@ -1,6 +1,6 @@
 """`--cuda_graphs` of the training scripts, as far as a CPU can check it: the flag turns on `torch.compile`'s
 `reduce-overhead` mode (CUDA graphs), refuses to run without a CUDA GPU, and the GPU collators' padding gives a corpus
-few batch shapes, each captured once."""
+few batch shapes, each captured once; the collators' own padding of character ids gives the tokenizer's batch."""
 
 from types import SimpleNamespace
 
@@ -48,3 +48,29 @@ def test_gpu_batches_of_a_corpus_take_few_shapes(shared_data):
     widths = {collator([sentence])["input_ids"].size(1) for sentence in sentences}
     assert len(lengths) > 60 and len(widths) == 11  # as gpu_batching.py states: 115 tokens at most, steps of 8
     assert all(width % gpu_batching.GPU_PAD_MULTIPLE == 0 for width in widths)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_char_ids_padding_gives_the_tokenizers_batch(padding_side, device):
+    # The tokenizer's own padding (through the plain collator) is the oracle: sentences of several lengths, words
+    # longer than a char_ids row, padding to the longest sentence on a CPU and to a multiple of 8 on a GPU.
+    words = [["EU", "rejects", "German", "call"], ["Peter", "Blackburn"], ["a", "b", "c", "d", "e", "f", "g"]]
+    tokenizer = build_word_tokenizer(words, max_word_length=5)
+    tokenizer.padding_side = padding_side
+    features = []
+    for sentence in words:
+        encoded = tokenizer(sentence, is_split_into_words=True)
+        features.append({**encoded, "labels": [index % 3 for index in range(len(encoded["input_ids"]))]})
+    training_args = SimpleNamespace(device=torch.device(device))
+    plain = DataCollatorForTokenClassification(
+        tokenizer, pad_to_multiple_of=gpu_batching.pad_multiple_for(training_args.device)
+    )
+    expected, batch = (
+        plain(features),
+        gpu_batching.data_collator(DataCollatorForTokenClassification, tokenizer, training_args)(features),
+    )
+    assert set(batch) == set(expected) and "char_ids" in batch
+    for name in expected:
+        assert torch.equal(batch[name], expected[name]), name
+    assert batch["char_ids"].dtype == expected["char_ids"].dtype
