@@ -150,6 +150,11 @@ def launch_options(product, sentence_terms, cells, sentence_cells, window_size: 
     return word_tile_counts, sentence_programs, options
 
 
+def contiguous(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """`tensors` in the layout the kernels read (row-major, no gaps, no stride 0), `None` kept."""
+    return tuple(None if tensor is None else tensor.contiguous() for tensor in tensors)
+
+
 @torch.library.custom_op(operator_name("step_update"), mutates_args=())
 def step_update(
     product: torch.Tensor,
@@ -166,7 +171,10 @@ def step_update(
     `(batch, seq, product width)`, `U x + b` `(batch, seq, blocks * hidden)`, the sentence terms
     `(batch, sentence width)` (`None` without sentence nodes), `c^{t-1}`, `c_g^{t-1}`, the mask and lengths ->
     `(h^t, c^t, g^t, c_g^t)` in the dtype of the cells, and the float32 statistics `(batch, 4, nodes, hidden)` that
-    the backward reads."""
+    the backward reads. The kernel reads its tensors as contiguous: any other layout is copied to one here."""
+    product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths = contiguous(
+        product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths
+    )
     (position_blocks, hidden_blocks), sentence_programs, options = launch_options(
         product, sentence_terms, cells, sentence_cells, window_size
     )
@@ -231,7 +239,20 @@ def step_update_backward(
     pair of parts through the words and through the sentence nodes that this returned for the next step, stacked) ->
     the gradients of the product, of the sentence terms, and of `c^{t-1}` and `c_g^{t-1}`, each of the two a pair
     `(2, ...)` of the parts through the words and through the sentence nodes. The gradient of `U x + b` is written
-    into `d_input_terms` (float32), or with `later_steps` added to it (the sum over the later steps)."""
+    into `d_input_terms` (float32), or with `later_steps` added to it (the sum over the later steps).
+
+    The kernel reads its tensors as contiguous: any other layout is copied to one here (upstream gradients often
+    come expanded or sliced); `d_input_terms`, written in place, must be contiguous."""
+    if not d_input_terms.is_contiguous():
+        raise ValueError(
+            f"d_input_terms must be contiguous (the kernel writes it in place), got strides {d_input_terms.stride()}"
+        )
+    d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells = contiguous(
+        d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells
+    )
+    product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics = contiguous(
+        product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics
+    )
     (_, hidden_blocks), sentence_programs, options = launch_options(
         product, sentence_terms, cells, sentence_cells, window_size
     )

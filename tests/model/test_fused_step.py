@@ -183,6 +183,87 @@ def test_torch_compile_keeps_the_fused_step_in_one_graph(device):
     assert max(errors.values()) <= TOLERANCE[torch.float32], errors
 
 
+def upstream_gradient(output: torch.Tensor, layout: str, seed: int) -> torch.Tensor:
+    """A random gradient for `output` `(batch, positions or nodes, hidden)` in `layout`: `"expanded"` (one vector
+    broadcast with stride 0, as `output.sum().backward()` gives), `"sliced"` (every other column of a wider tensor),
+    `"transposed"` (a `(positions, batch, hidden)` tensor transposed), or `"contiguous"`."""
+    generator = torch.Generator().manual_seed(seed)
+    batch, rows, hidden = output.shape
+    draws = {
+        "expanded": lambda: torch.randn(hidden, generator=generator).expand(batch, rows, hidden),
+        "sliced": lambda: torch.randn(batch, rows, 2 * hidden, generator=generator)[..., 1::2],
+        "transposed": lambda: torch.randn(rows, batch, hidden, generator=generator).transpose(0, 1),
+        "contiguous": lambda: torch.randn(batch, rows, hidden, generator=generator),
+    }
+    gradient = draws[layout]().to(device=output.device, dtype=output.dtype)
+    assert gradient.is_contiguous() == (layout == "contiguous")
+    return gradient
+
+
+def recurrence_gradients(model, inputs_embeds, attention_mask, implementation, gradients, monkeypatch):
+    """The gradients of every parameter and of `inputs_embeds` when the recurrence's outputs receive `gradients`:
+    `{name: layout}` for `"step 1"` (`h^1`, an intermediate step's hidden states), `"last step"` (`h^T`) and
+    `"sentence states"` (`g^T`, every node), an output left out receiving none (`None` in the backward)."""
+    model.config.step_implementation = implementation
+    model.zero_grad()
+    embeds = inputs_embeds.detach().clone().requires_grad_(True)
+    sentence_states = []  # g^T: the readable step's last call, or the fused recurrence's second output
+    if implementation == "eager":
+        hook = model.transition.register_forward_hook(lambda module, inputs, output: sentence_states.append(output[2]))
+    else:
+        fused_recurrence = model.transition.fused_recurrence
+
+        def recorded(*args):
+            steps, states = fused_recurrence(*args)
+            sentence_states.append(states)
+            return steps, states
+
+        monkeypatch.setattr(model.transition, "fused_recurrence", recorded)
+    outputs = model(inputs_embeds=embeds, attention_mask=attention_mask, output_hidden_states=True)
+    if implementation == "eager":
+        hook.remove()
+    else:
+        monkeypatch.undo()
+    named = {"step 1": outputs.hidden_states[1], "last step": outputs.last_hidden_state,
+             "sentence states": sentence_states[-1]}  # fmt: skip
+    chosen = [named[name] for name in gradients]
+    seeds = [list(named).index(name) for name in gradients]  # the same draws for both implementations
+    torch.autograd.backward(
+        chosen, [upstream_gradient(t, gradients[n], s) for t, n, s in zip(chosen, gradients, seeds)]
+    )
+    results = {"grad inputs_embeds": embeds.grad}
+    results.update({f"grad {name}": p.grad for name, p in model.named_parameters() if p.grad is not None})
+    return results
+
+
+GRADIENT_CASES = {
+    "all expanded": dict.fromkeys(("step 1", "last step", "sentence states"), "expanded"),
+    "all sliced": dict.fromkeys(("step 1", "last step", "sentence states"), "sliced"),
+    "all transposed": dict.fromkeys(("step 1", "last step", "sentence states"), "transposed"),
+    "step 1 alone (h^1.sum())": {"step 1": "expanded"},
+    "none for step 1": {"last step": "sliced", "sentence states": "transposed"},
+}
+
+
+@needs_triton
+@pytest.mark.parametrize("case", list(GRADIENT_CASES))
+def test_fused_gradients_for_any_upstream_gradient_layout(case, device, monkeypatch):
+    """Upstream gradients that are not contiguous (a loss `h.sum()` on one step's hidden states gives a stride-0 one)
+    or absent (`None`, an output the loss does not read) reach the kernels as they reach the readable step."""
+    model = build(SLSTMModel, tiny_config(num_steps=2, num_sentence_nodes=2)).to(device)
+    _, mask = pad(random_ids((5, 2)), "left")
+    embeds = torch.randn(*mask.shape, model.config.embedding_dim, generator=torch.Generator().manual_seed(2))
+    embeds, mask = embeds.to(device), mask.to(device)
+    gradients = GRADIENT_CASES[case]
+    readable = recurrence_gradients(model, embeds, mask, "eager", gradients, monkeypatch)
+    fused = recurrence_gradients(model, embeds, mask, "triton", gradients, monkeypatch)
+    assert readable.keys() <= fused.keys()
+    errors = {name: relative_error(fused[name], readable[name]) for name in readable}
+    assert max(errors.values()) <= TOLERANCE[torch.float32], errors
+    # Parameters that the readable step leaves without a gradient (none reaches them) get zeros from the fused one.
+    assert all(not fused[name].any() for name in fused.keys() - readable.keys())
+
+
 TILINGS = {
     # The GPU's tiles: at hidden 40, BLOCK_H 32 (2 hidden blocks) and, for the 8 gate slots of window 2 with 2 nodes,
     # BLOCK_S 16 (3 position blocks of 37 words).
