@@ -11,6 +11,7 @@ process with the interpreter.
     python -m pytest tests/model/test_fused_step.py
 """
 
+import contextlib
 import copy
 import json
 import os
@@ -273,16 +274,25 @@ TILINGS = {
 }
 
 
-@pytest.fixture(params=list(TILINGS))
-def tiles(request):
-    """The kernels tiled as on a GPU (or smaller) in the interpreter, where they take a sentence per tile otherwise;
-    the previous tiling is restored after the test."""
+@contextlib.contextmanager
+def kernel_tiles(**tiles):
+    """The kernels tiled by `KernelTiles(**tiles)`, in the interpreter too (where they take a sentence per tile
+    otherwise); the previous tiling is restored on exit."""
     from modeling_slstm import triton_kernels
 
     previous = (triton_kernels.GPU_TILES, triton_kernels.TILE_IN_THE_INTERPRETER)
-    triton_kernels.use_tiles(triton_kernels.KernelTiles(**TILINGS[request.param]), in_the_interpreter=True)
-    yield request.param
-    triton_kernels.use_tiles(*previous)
+    triton_kernels.use_tiles(triton_kernels.KernelTiles(**tiles), in_the_interpreter=True)
+    try:
+        yield
+    finally:
+        triton_kernels.use_tiles(*previous)
+
+
+@pytest.fixture(params=list(TILINGS))
+def tiles(request):
+    """The kernels tiled as `TILINGS` says, in the interpreter too, for the test."""
+    with kernel_tiles(**TILINGS[request.param]):
+        yield request.param
 
 
 @needs_triton
@@ -297,6 +307,34 @@ def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
     embeds = torch.randn(2, 37, 8, generator=torch.Generator().manual_seed(3))
     expected = outputs_and_gradients(model, embeds, mask, "eager")
     actual = outputs_and_gradients(model, embeds, mask, "triton")
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        tolerance = 10 * TOLERANCE[torch.float32] if name.startswith("grad ") else TOLERANCE[torch.float32]
+        assert relative_error(actual[name], expected[name]) <= tolerance, name
+
+
+@needs_triton
+def test_left_padding_longer_than_a_position_block():
+    """A sentence whose left padding fills a whole position block and more: the sentence nodes' softmax over the
+    positions starts with a block without a real position (where its running maximum must stay finite, or the
+    rescaling turns into NaN), and the word bodies start with blocks of padding only. Tiles as small as the case:
+    word blocks of 2 positions, sentence blocks of 4 (4 nodes, so that both are small at once), left padding of 5."""
+    if not KERNELS.interpreted:
+        pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
+    from modeling_slstm import triton_kernels
+
+    config = tiny_config(hidden_size=4, num_steps=1, num_sentence_nodes=4, initial_state="input")
+    model = build(SLSTMModel, config)
+    seq, padding = 6, 5
+    mask = torch.arange(seq) >= torch.tensor([[0], [padding]])  # (batch, seq): 6 and 1 real words, left-padded
+    embeds = torch.randn(2, seq, config.embedding_dim, generator=torch.Generator().manual_seed(4))
+    with kernel_tiles(values_per_tile=64, max_block_h=4):
+        word_slots = triton_step.next_power_of_2(2 * config.window_size + config.num_sentence_nodes + 2)
+        word_block = triton_kernels.tile_options(seq, config.hidden_size, word_slots)["BLOCK_S"]
+        sentence_block = triton_kernels.tile_options(seq, config.hidden_size, config.num_sentence_nodes)["BLOCK_S"]
+        assert (word_block, sentence_block) == (2, 4) and padding > sentence_block
+        expected = outputs_and_gradients(model, embeds, mask, "eager")
+        actual = outputs_and_gradients(model, embeds, mask, "triton")
     assert actual.keys() == expected.keys()
     for name in expected:
         tolerance = 10 * TOLERANCE[torch.float32] if name.startswith("grad ") else TOLERANCE[torch.float32]
