@@ -40,11 +40,11 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from . import crf_parallel
-from .configuration_slstm import STEP_IMPLEMENTATIONS
+from . import crf_parallel, kernel_dispatch
 from .crf_parallel import MAX_TRACED_LENGTH
-from .custom_operators import kernel_device_obstacle
+from .kernel_dispatch import triton_obstacles
 from .tag_schemes import allowed_transitions as allowed_transitions_for_labels
+from .triton_crf import KERNEL_DTYPES, MAX_KERNEL_TAGS, crf_log_likelihood, crf_viterbi
 from .validation import IGNORE_INDEX, values_are_cheap_to_check
 
 __all__ = ["MAX_TRACED_LENGTH", "ConditionalRandomField", "validate_mask"]
@@ -319,13 +319,7 @@ class ConditionalRandomField(nn.Module):
 
     def kernel_obstacles(self, emissions: torch.Tensor) -> list[str]:
         """Why the Triton kernels cannot run on ``emissions``, one reason a string; empty when they can."""
-        try:  # imported at first use: the package (and a checkpoint's copy of it) loads without Triton
-            from .triton_crf import KERNEL_DTYPES, MAX_KERNEL_TAGS, kernels_interpreted
-        except ImportError as error:
-            return [f"triton cannot be imported ({error})"]
-        obstacles = []
-        if device_obstacle := kernel_device_obstacle(emissions, kernels_interpreted()):
-            obstacles.append(device_obstacle)
+        obstacles = triton_obstacles(emissions)
         if emissions.dtype not in KERNEL_DTYPES or self._compute_dtype(emissions) != torch.float32:
             obstacles.append(
                 f"the emissions are {emissions.dtype} and the scores {self.transitions.dtype}, and the kernels "
@@ -347,14 +341,12 @@ class ConditionalRandomField(nn.Module):
             `ValueError`: If ``implementation`` is none of `"auto"`, `"eager"`, `"triton"`, or is `"triton"` where
             the kernels cannot run (the message says why).
         """
-        if implementation not in STEP_IMPLEMENTATIONS:
-            raise ValueError(f"implementation must be one of {STEP_IMPLEMENTATIONS}, got {implementation!r}")
-        if implementation == "eager" or _is_traced(emissions) or (implementation == "auto" and not emissions.is_cuda):
+        if _is_traced(emissions):
             return False
         obstacles = self.kernel_obstacles(emissions)
-        if obstacles and implementation == "triton":
-            raise ValueError(f"implementation='triton' cannot run the CRF's kernels here: {'; '.join(obstacles)}")
-        return not obstacles
+        return kernel_dispatch.uses_kernels(
+            implementation, emissions, obstacles, "implementation", "the CRF's kernels"
+        )
 
     def _kernel_arguments(self, emissions: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Contiguous emissions and mask, then the parameters and constraint buffers, as the kernels read them."""
@@ -470,8 +462,6 @@ class ConditionalRandomField(nn.Module):
         """
         mask, tags = self._validated(emissions, mask, tags)
         if self.uses_kernels(emissions, implementation):
-            from .triton_crf import crf_log_likelihood
-
             emissions, mask, *scores = self._kernel_arguments(emissions, mask)
             log_likelihood, _, _ = crf_log_likelihood(emissions, tags.contiguous(), mask, *scores, _LIKELIHOOD_PENALTY)
             return log_likelihood
@@ -540,8 +530,6 @@ class ConditionalRandomField(nn.Module):
         """
         mask, _ = self._validated(emissions, mask)
         if self.uses_kernels(emissions, implementation):
-            from .triton_crf import crf_viterbi
-
             paths, _ = crf_viterbi(*self._kernel_arguments(emissions.detach(), mask), _TIE_MARGIN, False)
             return paths
         with _autocast_disabled(emissions):
@@ -570,8 +558,6 @@ class ConditionalRandomField(nn.Module):
         """
         mask, _ = self._validated(emissions, mask)
         if self.uses_kernels(emissions, implementation):
-            from .triton_crf import crf_viterbi
-
             _, max_marginals = crf_viterbi(*self._kernel_arguments(emissions.detach(), mask), _TIE_MARGIN, True)
             return max_marginals
         with _autocast_disabled(emissions):

@@ -25,25 +25,14 @@ Tags are padded to a power of two (`BLOCK_TAGS`); a program holds ``(BLOCK_TAGS,
 Constraints are applied inside: forbidden moves score ``forbidden_score`` (a large finite penalty in the likelihood,
 -inf in decoding) and get no gradient.
 
-Triton is optional: `crf.py` imports this module only where the kernels are to run, so that the package (and a
-checkpoint's copy of it) loads without Triton.
+Triton is optional: this module imports without it (see `kernel_dispatch.py`), and `crf.py` then keeps its loops.
 """
 
 import torch
 
 from .custom_operators import operator_name
+from .kernel_dispatch import tl, triton
 from .validation import IGNORE_INDEX
-
-try:  # optional; without Triton this module does not import and `crf.py` keeps its loops
-    import triton
-    import triton.language as tl
-except ImportError as error:
-    raise ImportError(f"the CRF's Triton kernels need triton ({error})") from error
-
-try:  # the kernels below are interpreted (TRITON_INTERPRET=1 when this module was imported) or compiled
-    from triton.runtime.interpreter import InterpretedFunction
-except ImportError:  # a Triton without an interpreter: kernels are always compiled
-    InterpretedFunction = ()
 
 MAX_KERNEL_TAGS = 128
 """Most tags the kernels take: a program keeps ``(num_tags, num_tags)`` tiles (padded to a power of two) in
@@ -412,9 +401,3 @@ def _(emissions, mask, start, end, transitions, start_allowed, end_allowed, tran
     max_marginals_shape = (batch, seq, num_tags) if with_max_marginals else (0,)
     paths = emissions.new_empty(batch, seq, dtype=torch.long)
     return paths, emissions.new_empty(max_marginals_shape, dtype=torch.float32)
-
-
-def kernels_interpreted() -> bool:
-    """Whether the kernels run in Triton's interpreter (on CPU tensors): `TRITON_INTERPRET=1` when this module was
-    imported."""
-    return isinstance(viterbi_kernel, InterpretedFunction)
