@@ -349,10 +349,10 @@ class ConditionalRandomField(nn.Module):
         )
 
     def _kernel_arguments(self, emissions: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Contiguous emissions and mask, then the parameters and constraint buffers, as the kernels read them."""
+        """The emissions and mask, then the parameters and constraint buffers, in the order the kernels take them."""
         parameters = (self.start_transitions, self.end_transitions, self.transitions)
         constraints = (self.start_allowed, self.end_allowed, self.transition_allowed)
-        return emissions.contiguous(), mask.contiguous(), *parameters, *constraints
+        return emissions, mask, *parameters, *constraints
 
     def extra_repr(self) -> str:
         return f"num_tags={self.num_tags}, constrained={self.allowed_transitions is not None}"
@@ -463,7 +463,7 @@ class ConditionalRandomField(nn.Module):
         mask, tags = self._validated(emissions, mask, tags)
         if self.uses_kernels(emissions, implementation):
             emissions, mask, *scores = self._kernel_arguments(emissions, mask)
-            log_likelihood, _, _ = crf_log_likelihood(emissions, tags.contiguous(), mask, *scores, _LIKELIHOOD_PENALTY)
+            log_likelihood, _, _ = crf_log_likelihood(emissions, tags, mask, *scores, _LIKELIHOOD_PENALTY)
             return log_likelihood
         with _autocast_disabled(emissions):
             dtype = self._compute_dtype(emissions)
@@ -554,14 +554,49 @@ class ConditionalRandomField(nn.Module):
 
         Returns:
             `torch.FloatTensor` of shape `(batch, seq, num_tags)`, float32 (float64 for float64 inputs or parameters):
-            0 at masked positions. Differentiable with the loops and scans, not with the kernels (a decoding output).
+            0 at masked positions. Differentiable (with the kernels, the loops' gradient, recomputed in the backward).
         """
         mask, _ = self._validated(emissions, mask)
         if self.uses_kernels(emissions, implementation):
-            _, max_marginals = crf_viterbi(*self._kernel_arguments(emissions.detach(), mask), _TIE_MARGIN, True)
-            return max_marginals
+            parameters = (self.start_transitions, self.end_transitions, self.transitions)
+            return _MaxMarginalsByKernels.apply(self, emissions, mask, *parameters)
+        return self._max_marginals_by_loops(emissions, mask)
+
+    def _max_marginals_by_loops(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """`max_marginals` (batch, seq, L) by the loops (the scans in a traced graph), ``mask`` a bool tensor."""
         with _autocast_disabled(emissions):
             dtype = self._compute_dtype(emissions)
             path, max_marginals = self._paths_and_max_marginals(emissions.to(dtype), mask, with_backward=True)
             max_marginals = _favour_path(max_marginals, path).clamp(min=torch.finfo(dtype).min)
             return torch.where(mask[..., None], max_marginals, 0.0)
+
+
+class _MaxMarginalsByKernels(torch.autograd.Function):
+    """`ConditionalRandomField.max_marginals` by the Viterbi kernel, with the loops' gradient: the kernel has no
+    backward of its own, and a loss on the max-marginals (the tagger's logits) is rare, so the backward recomputes
+    them with the loops and differentiates those (with the loss on the CRF's likelihood alone it never runs).
+
+    Inputs: the CRF, emissions `(batch, seq, L)`, the bool mask `(batch, seq)` and the CRF's start, end and transition
+    scores (so that autograd routes their gradients here). Returns the max-marginals `(batch, seq, L)` float32.
+    """
+
+    @staticmethod
+    def forward(ctx, crf, emissions, mask, start, end, transitions):
+        ctx.crf = crf
+        ctx.save_for_backward(emissions, mask)
+        _, max_marginals = crf_viterbi(*crf._kernel_arguments(emissions, mask), _TIE_MARGIN, True)
+        return max_marginals
+
+    @staticmethod
+    def backward(ctx, d_max_marginals):
+        emissions, mask = ctx.saved_tensors
+        crf = ctx.crf
+        needed = (ctx.needs_input_grad[1], *ctx.needs_input_grad[3:])  # emissions, start, end, transitions
+        with torch.enable_grad():
+            emissions = emissions.detach().requires_grad_()
+            inputs = (emissions, crf.start_transitions, crf.end_transitions, crf.transitions)
+            max_marginals = crf._max_marginals_by_loops(emissions, mask)
+            wanted = [tensor for tensor, is_needed in zip(inputs, needed) if is_needed]
+            gradients = iter(torch.autograd.grad(max_marginals, wanted, d_max_marginals, allow_unused=True))
+        d_emissions, d_start, d_end, d_transitions = (next(gradients) if is_needed else None for is_needed in needed)
+        return None, d_emissions, None, d_start, d_end, d_transitions
