@@ -30,19 +30,7 @@ Gate block order as in `SLSTMStateTransition`: window gates `l_w … f … r_w`,
 
 from dataclasses import dataclass
 
-# `triton_step.load_kernels` imports this module when a fused step is first considered, and reports an ImportError.
-# In a `try` block because transformers' check of a checkpoint's code files skips the imports there: a checkpoint
-# loads (and runs the readable step) where Triton is not installed.
-try:
-    import triton
-    import triton.language as tl
-except ImportError as error:
-    raise ImportError(f"the fused S-LSTM step needs Triton: {error}") from error
-
-try:  # the kernels below are interpreted (TRITON_INTERPRET=1 when this module was imported) or compiled
-    from triton.runtime.interpreter import InterpretedFunction
-except ImportError:  # a Triton without an interpreter: kernels are always compiled
-    InterpretedFunction = ()
+from .kernel_dispatch import KERNELS_INTERPRETED, tl, triton
 
 
 @triton.jit
@@ -1056,12 +1044,6 @@ def step_backward_kernel(
         )
 
 
-def is_interpreted() -> bool:
-    """Whether the kernels run in Triton's interpreter (on CPU tensors): `TRITON_INTERPRET=1` when this module was
-    imported."""
-    return isinstance(step_forward_kernel, InterpretedFunction)
-
-
 @dataclass(frozen=True)
 class KernelTiles:
     """How the kernels tile their work on a GPU (`benchmark_kernel_tiles.py` times the choices).
@@ -1094,7 +1076,7 @@ def tile_options(seq: int, hidden: int, slots: int) -> dict[str, int]:
     `GPU_TILES` says; in the interpreter, which pays per program and per operation rather than per value, all of a
     sentence at once (unless `use_tiles` says otherwise)."""
     block_s, block_h = triton.next_power_of_2(seq), triton.next_power_of_2(hidden)
-    if not is_interpreted() or TILE_IN_THE_INTERPRETER:
+    if not KERNELS_INTERPRETED or TILE_IN_THE_INTERPRETER:
         block_h = min(block_h, GPU_TILES.max_block_h)
         block_s = max(1, min(block_s, GPU_TILES.values_per_tile // (slots * block_h)))
     return {"BLOCK_S": block_s, "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}

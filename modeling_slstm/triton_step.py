@@ -9,51 +9,17 @@ fallback; `config.step_implementation` chooses.
 Each kernel launch is a `torch.library.custom_op`, so `torch.compile` keeps the fused recurrence in its graph (no
 graph break) as an opaque call, and traces the autograd function around it.
 
-This module imports without Triton (`load_kernels` imports the kernels when a step first asks); the fused recurrence
-then never runs (`"auto"` takes the readable step, `"triton"` is an error that says why).
+This module imports without Triton (see `kernel_dispatch.py`); the fused recurrence then never runs (`"auto"` takes
+the readable step, `"triton"` is an error that says why).
 """
 
-import functools
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 import torch
 
-from .configuration_slstm import STEP_IMPLEMENTATIONS
-from .custom_operators import kernel_device_obstacle, operator_name
-
-
-@functools.cache
-def load_kernels() -> SimpleNamespace:
-    """The Triton kernels (`triton_kernels.py`), imported when a fused step is first considered rather than at
-    `import modeling_slstm` (the readable step does not need them): a namespace of the kernels, `tile_options` and
-    `interpreted` (whether they run in Triton's interpreter), with `import_error` `None`; or, where Triton cannot be
-    imported, only `import_error` (why) and `interpreted=False`."""
-    try:
-        from .triton_kernels import is_interpreted, step_backward_kernel, step_forward_kernel, tile_options
-    except ImportError as error:
-        return SimpleNamespace(import_error=error, interpreted=False)
-    return SimpleNamespace(
-        import_error=None,
-        interpreted=is_interpreted(),
-        tile_options=tile_options,
-        step_forward_kernel=step_forward_kernel,
-        step_backward_kernel=step_backward_kernel,
-    )
-
-
-@torch.compiler.assume_constant_result
-def triton_import_error() -> str:
-    """Why Triton cannot be imported, empty when it can (a constant to `torch.compile`, which runs it once)."""
-    error = load_kernels().import_error
-    return "" if error is None else str(error)
-
-
-@torch.compiler.assume_constant_result
-def kernels_interpreted() -> bool:
-    """Whether the kernels run in Triton's interpreter (`TRITON_INTERPRET=1` when they were first loaded)."""
-    return load_kernels().interpreted
-
+from .custom_operators import operator_name
+from .kernel_dispatch import triton_obstacles, uses_kernels
+from .triton_kernels import step_backward_kernel, step_forward_kernel, tile_options
 
 FUSED_STEP_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 OPTIONS_NOT_COVERED = ("context_independent_content", "remove_output_gate")
@@ -76,11 +42,7 @@ def fused_step_obstacles(config, states: torch.Tensor, replaced_layers: Sequence
             f"the step's layers {', '.join(replaced_layers)} are replaced (a PEFT adapter, a quantised layer), and "
             "the fused recurrence reads their weights bare, without what the replacement adds"
         )
-    import_error = triton_import_error()
-    if import_error:
-        obstacles.append(f"triton cannot be imported ({import_error})")
-    elif device_obstacle := kernel_device_obstacle(states, kernels_interpreted()):
-        obstacles.append(device_obstacle)
+    obstacles += triton_obstacles(states)
     if states.dtype not in FUSED_STEP_DTYPES:
         obstacles.append(f"the dtype is {states.dtype}, and the kernels take {', '.join(map(str, FUSED_STEP_DTYPES))}")
     return obstacles
@@ -88,28 +50,18 @@ def fused_step_obstacles(config, states: torch.Tensor, replaced_layers: Sequence
 
 def uses_fused_step(config, states: torch.Tensor, replaced_layers: Sequence[str] = ()) -> bool:
     """Whether a step of a model with `config` on `states` (`h^{t-1}`) runs the Triton kernels, from
-    `config.step_implementation`: `"eager"` never, `"auto"` when the tensors are on a CUDA GPU, Triton is importable,
-    the dtype is float32, bfloat16 or float16 and the config's options are covered (else the readable step),
-    `"triton"` always. Reads only the config, the tensor's device and dtype (never its values) and which layers
-    `replaced_layers` names (`"auto"` takes the readable step where any is, which runs the replacements).
+    `config.step_implementation` (`kernel_dispatch.uses_kernels`): `"eager"` never, `"auto"` when the tensors are on a
+    CUDA GPU, Triton is importable, the dtype is float32, bfloat16 or float16 and the config's options are covered
+    (else the readable step), `"triton"` always. Reads only the config, the tensor's device and dtype (never its
+    values) and which layers `replaced_layers` names (`"auto"` takes the readable step where any is, which runs the
+    replacements).
 
     Raises:
         `ValueError`: If `step_implementation` is none of `"auto"`, `"eager"`, `"triton"`, or is `"triton"` where
         the kernels cannot run (the message says why).
     """
-    implementation = config.step_implementation
-    if implementation not in STEP_IMPLEMENTATIONS:
-        raise ValueError(f"step_implementation must be one of {STEP_IMPLEMENTATIONS}, got {implementation!r}")
-    if implementation == "eager":
-        return False
-    if implementation == "auto" and not states.is_cuda:
-        return False  # on the CPU the readable step is the faster one
     obstacles = fused_step_obstacles(config, states, replaced_layers)
-    if implementation == "auto":
-        return not obstacles
-    if obstacles:
-        raise ValueError(f"step_implementation='triton' cannot run the fused step here: {'; '.join(obstacles)}")
-    return True
+    return uses_kernels(config.step_implementation, states, obstacles, "step_implementation", "the fused step")
 
 
 def next_power_of_2(value: int) -> int:
@@ -122,11 +74,10 @@ def launch_options(product, sentence_terms, cells, sentence_cells, window_size: 
     as `(position blocks, hidden blocks)`, the arguments the sizes, where Eq. 3's blocks start (`U_f h_j`, then
     `U_g h_j`, `U_o h_j`, in the product rows; `W_f γ + b_f`, then the keep and output gates' terms, in the sentence
     terms; each the last `3 * nodes * hidden` columns), the gate and node counts and the tiles."""
-    kernels = load_kernels()
     _, seq, hidden = cells.shape
     nodes = sentence_cells.shape[1]
     gates, nodes_p = next_power_of_2(2 * window_size + nodes + 2), next_power_of_2(max(nodes, 1))
-    word_tiles, sentence_tiles = kernels.tile_options(seq, hidden, gates), kernels.tile_options(seq, hidden, nodes_p)
+    word_tiles, sentence_tiles = tile_options(seq, hidden, gates), tile_options(seq, hidden, nodes_p)
     sentence_width = 0 if sentence_terms is None else sentence_terms.shape[-1]
     options = {
         "seq": seq,
@@ -181,7 +132,7 @@ def step_update(
     outputs = step_update_outputs(cells, sentence_cells)
     new_states, new_cells, new_sentence_states, new_sentence_cells, statistics = outputs
     nodes = sentence_cells.shape[1]
-    load_kernels().step_forward_kernel[(cells.shape[0], position_blocks * hidden_blocks + sentence_programs)](
+    step_forward_kernel[(cells.shape[0], position_blocks * hidden_blocks + sentence_programs)](
         product_ptr=product,
         input_terms_ptr=input_terms,
         sentence_terms_ptr=sentence_terms,
@@ -259,7 +210,7 @@ def step_update_backward(
     gradients = step_update_gradients(product, sentence_terms, cells, sentence_cells)
     d_product, d_sentence_terms, d_prev_cells, d_prev_sentence_cells = gradients
     nodes = sentence_cells.shape[1]
-    load_kernels().step_backward_kernel[(cells.shape[0], hidden_blocks + sentence_programs)](
+    step_backward_kernel[(cells.shape[0], hidden_blocks + sentence_programs)](
         d_states_ptr=d_states,
         d_output_states_ptr=d_output_states,
         d_cells_ptr=None if d_cells is None else d_cells[0],

@@ -24,13 +24,12 @@ import torch
 from helpers import build, pad, random_ids, real, tiny_config
 
 from modeling_slstm import SLSTMConfig, SLSTMModel, triton_step
+from modeling_slstm.kernel_dispatch import KERNELS_INTERPRETED, TRITON_IMPORT_ERROR
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-KERNELS = triton_step.load_kernels()
 needs_triton = pytest.mark.skipif(
-    KERNELS.import_error is not None,
-    reason=f"triton is not installed ({KERNELS.import_error}): pip install the test extra",
+    TRITON_IMPORT_ERROR is not None, reason=f"{TRITON_IMPORT_ERROR}: pip install the test extra"
 )
 LENGTHS = (5, 1, 3, 2)  # mixed, including a one-token sentence
 # Relative error = max |fused - readable| / max |readable| per tensor. The readable step rounds bf16 intermediates
@@ -58,7 +57,7 @@ def device(request) -> torch.device:
     """`cpu` (the kernels in Triton's interpreter) and `cuda` (compiled), each where this process can run it."""
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    if request.param == "cpu" and not KERNELS.interpreted:
+    if request.param == "cpu" and not KERNELS_INTERPRETED:
         pytest.skip("the kernels were compiled in this process: test_cpu_cases_in_the_interpreter runs these")
     return torch.device(request.param)
 
@@ -299,7 +298,7 @@ def tiles(request):
 def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
     """Eqs. 2-3 over all steps, the fused recurrence against the readable steps, output by output and gradient by
     gradient, at hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
-    if not KERNELS.interpreted:
+    if not KERNELS_INTERPRETED:
         pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
     config = tiny_config(hidden_size=40, embedding_dim=8, window_size=2, num_sentence_nodes=2, initial_state="input")
     model = build(SLSTMModel, config)
@@ -426,7 +425,7 @@ def test_the_package_imports_and_runs_without_triton():
 def test_cpu_cases_in_the_interpreter():
     """Where this process compiled the kernels (a GPU machine), the CPU cases in a fresh process with
     `TRITON_INTERPRET=1`."""
-    if KERNELS.interpreted:
+    if KERNELS_INTERPRETED:
         pytest.skip("the kernels are interpreted in this process: the CPU cases ran here")
     environment = {**os.environ, "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "cpu"]
@@ -439,7 +438,7 @@ def test_kernels_compile_for_a_gpu():
     """Each kernel compiles to an sm_90 binary (`compile_kernels_for_a_gpu.py`), which needs no GPU."""
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     environment["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    command = [sys.executable, str(HERE / "compile_kernels_for_a_gpu.py")]
+    command = [sys.executable, str(HERE / "compile_kernels_for_a_gpu.py"), "step"]
     run = subprocess.run(command, check=False, cwd=REPO, env=environment, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-5000:]
 
