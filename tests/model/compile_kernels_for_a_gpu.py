@@ -19,15 +19,12 @@ from triton.compiler import ASTSource
 from modeling_slstm import triton_crf, triton_kernels
 
 FLOAT32_POINTERS = ("mask_ptr", "lengths_ptr", "statistics_ptr", "d_input_terms_ptr")
-INTEGERS = ("seq", "hidden", "product_width", "sentence_width", "forget_column", "sentence_column")
+INTEGERS = ("seq", "hidden")
 ABSENT_WITHOUT_NODES = (
     "sentence_terms_ptr", "sentence_cells_ptr", "new_sentence_states_ptr", "new_sentence_cells_ptr", "statistics_ptr",
-    "d_cells_via_sentences_ptr", "d_sentence_states_ptr", "d_sentence_cells_ptr", "d_sentence_cells_via_words_ptr",
-    "d_sentence_terms_ptr", "d_prev_cells_via_sentences_ptr", "d_prev_sentence_cells_ptr",
-    "d_prev_sentence_cells_via_words_ptr",
+    "d_sentence_states_ptr", "d_sentence_cells_ptr", "d_sentence_terms_ptr", "d_prev_sentence_cells_ptr",
 )  # fmt: skip
-ABSENT_AFTER_THE_LAST_STEP = ("d_output_states_ptr", "d_cells_ptr", "d_cells_via_sentences_ptr", "d_sentence_cells_ptr",
-                              "d_sentence_cells_via_words_ptr")  # fmt: skip
+ABSENT_AFTER_THE_LAST_STEP = ("d_output_states_ptr", "d_cells_ptr", "d_sentence_cells_ptr")
 
 
 def compile_for_hopper(kernel, **constants):
@@ -47,7 +44,8 @@ def step(window, nodes, sigmoid, last_step=False):
         (ABSENT_WITHOUT_NODES if nodes == 0 else ()) + (ABSENT_AFTER_THE_LAST_STEP if last_step else ())
     )
     return dict(WINDOW=window, NODES=nodes, NODES_P=triton.next_power_of_2(max(nodes, 1)),
-                GATES=triton.next_power_of_2(2 * window + nodes + 2), SIGMOID_SCORES=sigmoid, LATER_STEPS=not last_step,
+                GATES=triton.next_power_of_2(2 * window + nodes + 2), CONTEXT_BLOCKS=2 * window + nodes + 4,
+                SIGMOID_SCORES=sigmoid, LATER_STEPS=not last_step,
                 WORD_BLOCK_S=16, WORD_BLOCK_H=32, SENTENCE_BLOCK_S=64, SENTENCE_BLOCK_H=32, **absent)  # fmt: skip
 
 

@@ -318,7 +318,7 @@ def test_left_padding_longer_than_a_position_block():
     positions starts with a block without a real position (where its running maximum must stay finite, or the
     rescaling turns into NaN), and the word bodies start with blocks of padding only. Tiles as small as the case:
     word blocks of 2 positions, sentence blocks of 4 (4 nodes, so that both are small at once), left padding of 5."""
-    if not KERNELS.interpreted:
+    if not KERNELS_INTERPRETED:
         pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
     from modeling_slstm import triton_kernels
 
