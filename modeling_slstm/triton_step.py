@@ -6,13 +6,16 @@ runs (`uses_fused_step`).
 `SLSTMStateTransition` (`modeling_slstm.py`) keeps its readable PyTorch step beside it as the reference and the
 fallback; `config.step_implementation` chooses.
 
-Each kernel launch is a `torch.library.custom_op`, so `torch.compile` keeps the fused recurrence in its graph (no
-graph break) as an opaque call, and traces the autograd function around it.
+In eager mode the kernels are launched directly (`StepKernels`, grids and options worked out once per forward).
+Under `torch.compile` (and the profiler) each launch is a `torch.library.custom_op` instead, so that `torch.compile`
+keeps the fused recurrence in its graph (no graph break) as an opaque call, and traces the autograd function around
+it.
 
 This module imports without Triton (see `kernel_dispatch.py`); the fused recurrence then never runs (`"auto"` takes
 the readable step, `"triton"` is an error that says why).
 """
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -80,8 +83,8 @@ class StepKernels:
     """The two kernel launches of a step (`step_forward_kernel`, `step_backward_kernel`) for sentences of one shape:
     the grids and options, worked out once and the same at every step.
 
-    Every tensor a launch reads is made contiguous at its boundary (upstream gradients often come expanded or
-    sliced); the one it writes in place, `d_input_terms`, must be contiguous.
+    The kernels read every tensor as contiguous: the callers (`step_update`, `step_update_backward`,
+    `FusedRecurrence`) make them so at their boundaries, once, rather than at every step.
 
     Args:
         batch, seq, hidden, nodes (`int`): the sizes: `batch` sentences of `seq` positions, `hidden` units,
@@ -125,10 +128,7 @@ class StepKernels:
         return tensors if self.nodes else dict.fromkeys(tensors)
 
     def forward(self, product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths):
-        """Eqs. 2 and 3 of one step (as `step_update`)."""
-        product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths = contiguous(
-            product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths
-        )
+        """Eqs. 2 and 3 of one step (as `step_update`), on contiguous tensors."""
         outputs = step_update_outputs(cells, sentence_cells)
         new_states, new_cells, new_sentence_states, new_sentence_cells, statistics = outputs
         step_forward_kernel[self.forward_grid](
@@ -146,17 +146,7 @@ class StepKernels:
         self, d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms, later_steps,
         product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics,
     ):  # fmt: skip
-        """The gradients of one step (as `step_update_backward`)."""
-        if not d_input_terms.is_contiguous():
-            raise ValueError(
-                f"d_input_terms must be contiguous (the kernel writes it in place), got strides {d_input_terms.stride()}"
-            )
-        d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells = contiguous(
-            d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells
-        )
-        product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics = contiguous(
-            product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics
-        )
+        """The gradients of one step (as `step_update_backward`), on contiguous tensors."""
         gradients = step_update_gradients(product, sentence_terms, cells, sentence_cells)
         d_product, d_sentence_terms, d_prev_cells, d_prev_sentence_cells = gradients
         step_backward_kernel[self.backward_grid](
@@ -190,9 +180,9 @@ def step_update(
     `(batch, seq, product width)`, `U x + b` `(batch, seq, blocks * hidden)`, the sentence terms
     `(batch, sentence width)` (`None` without sentence nodes), `c^{t-1}`, `c_g^{t-1}`, the mask and lengths ->
     `(h^t, c^t, g^t, c_g^t)` in the dtype of the cells, and the float32 statistics `(batch, 4, nodes, hidden)` that
-    the backward reads. Any layout is taken (`StepKernels`)."""
+    the backward reads. Any layout is taken (copied to a contiguous one here)."""
     kernels = StepKernels.for_cells(cells, sentence_cells, window_size, sigmoid_scores)
-    return kernels.forward(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths)
+    return kernels.forward(*contiguous(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths))
 
 
 def step_update_outputs(cells, sentence_cells):
@@ -235,12 +225,15 @@ def step_update_backward(
     the gradients of the product, of the sentence terms, and of `c^{t-1}` and `c_g^{t-1}`, each of the two a pair
     `(2, ...)` of the parts through the words and through the sentence nodes (one part without sentence nodes). The
     gradient of `U x + b` is written into `d_input_terms` (float32, contiguous), or with `later_steps` added to it
-    (the sum over the later steps). Any other layout is taken (`StepKernels`)."""
+    (the sum over the later steps). Any other layout is taken (copied to a contiguous one here)."""
+    if not d_input_terms.is_contiguous():
+        raise ValueError(
+            f"d_input_terms must be contiguous (the kernel writes it in place), got strides {d_input_terms.stride()}"
+        )
     kernels = StepKernels.for_cells(cells, sentence_cells, window_size, sigmoid_scores)
-    return kernels.backward(
-        d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms, later_steps, product,
-        input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics,
-    )  # fmt: skip
+    gradients = contiguous(d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells)
+    inputs = contiguous(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics)
+    return kernels.backward(*gradients, d_input_terms, later_steps, *inputs)
 
 
 def step_update_gradients(product, sentence_terms, cells, sentence_cells):
@@ -326,6 +319,20 @@ class RecurrenceOptions:
     dropout_rate: float
 
 
+def step_launchers(cells, sentence_cells, options: RecurrenceOptions):
+    """The two launches of a step as functions of its tensors, `(forward, backward)` (arguments as `step_update`'s
+    and `step_update_backward`'s, less the options): under `torch.compile` the custom operators, which keep the
+    kernels opaque to the graph, and under the profiler too, where each launch then shows as one named operator (the
+    launch counts of `run_scripts/benchmarks/launch_counts.py`); otherwise the kernels launched directly
+    (`StepKernels`), their grids and options worked out here once for all steps, without the custom operators'
+    dispatch (the same launches, for a fraction of the host time)."""
+    if torch.compiler.is_compiling() or torch._C._autograd._profiler_enabled():
+        settings = {"window_size": options.window_size, "sigmoid_scores": options.sigmoid_scores}
+        return functools.partial(step_update, **settings), functools.partial(step_update_backward, **settings)
+    kernels = StepKernels.for_cells(cells, sentence_cells, options.window_size, options.sigmoid_scores)
+    return kernels.forward, kernels.backward
+
+
 class FusedRecurrence(torch.autograd.Function):
     """All `num_steps` steps of Eqs. 2-3 with the Triton kernels, forward and backward, as
     `SLSTMStateTransition.forward` computes them step by step.
@@ -342,7 +349,8 @@ class FusedRecurrence(torch.autograd.Function):
     Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
     mask `(batch, seq, 1)` and lengths `(batch, 1)`; `W_h` `(R, H)` (its dtype is the matmuls', autocast's where
     autocast is on), `W_G` `(W, K·H)` and `b_G` `(W,)` (both `None` without sentence nodes); the `RecurrenceOptions`.
-    Returns `h^1 … h^T` and `g^T` (`(batch, 0, H)` without sentence nodes).
+    Returns `h^1 … h^T` and `g^T` (`(batch, 0, H)` without sentence nodes). Tensors of any layout are taken: the
+    inputs and the upstream gradients are made contiguous once, as the kernels read them.
     """
 
     @staticmethod
@@ -353,6 +361,7 @@ class FusedRecurrence(torch.autograd.Function):
         rate, dtype = options.dropout_rate, words_weight.dtype
         with torch.autocast(h.device.type, enabled=False):
             input_terms, mask, lengths, c, c_g = contiguous(input_terms, mask, lengths, c, c_g)
+            update, _ = step_launchers(c, c_g, options)
             saved, outputs = [], []
             for _ in range(options.num_steps):
                 h_in, h_keep = dropped(h, rate, dtype)  # h̃^{t-1}
@@ -361,10 +370,7 @@ class FusedRecurrence(torch.autograd.Function):
                 if sentences_weight is not None:
                     g_in, g_keep = dropped(g, rate, dtype)  # γ̃^{t-1}
                     sentence_terms = torch.addmm(sentences_bias, g_in.flatten(1), sentences_weight.t())  # (batch, W)
-                h, new_c, g, new_c_g, statistics = step_update(
-                    product, input_terms, sentence_terms, c, c_g, mask, lengths, options.window_size,
-                    options.sigmoid_scores,
-                )  # fmt: skip
+                h, new_c, g, new_c_g, statistics = update(product, input_terms, sentence_terms, c, c_g, mask, lengths)
                 saved += StepInputs(h_in, h_keep, c, g_in, g_keep, c_g, sentence_terms, statistics)
                 del product  # freed before the next step allocates its own
                 c, c_g = new_c, new_c_g
@@ -379,8 +385,10 @@ class FusedRecurrence(torch.autograd.Function):
         input_terms, mask, lengths, words_weight, sentences_weight, *saved = ctx.saved_tensors
         width = len(StepInputs._fields)
         steps = [StepInputs(*saved[start : start + width]) for start in range(0, len(saved), width)]
-        *d_word_outputs, d_sentence_states = d_outputs  # d h^1 … d h^T, d g^T: each None where the loss has none
+        # d h^1 … d h^T, d g^T: each None where the loss has none, and of any layout (expanded, sliced, ...).
+        *d_word_outputs, d_sentence_states = contiguous(*d_outputs)
         last = steps[-1]
+        _, update_backward = step_launchers(last.word_cells, last.sentence_cells, options)
         d_states = torch.zeros_like(last.word_cells) if d_word_outputs[-1] is None else d_word_outputs[-1]
         if d_sentence_states is None:
             d_sentence_states = torch.zeros_like(last.sentence_cells)
@@ -395,11 +403,10 @@ class FusedRecurrence(torch.autograd.Function):
                 flat_h_in = inputs.word_states.flatten(0, 1)  # (batch * seq, H)
                 product = torch.mm(flat_h_in, words_weight.t()).view(*inputs.word_cells.shape[:2], -1)
                 # The cells' gradients in two parts (through the words, through the sentence nodes): (2, ...).
-                d_product, d_sentence_terms, d_cells, d_sentence_cells = step_update_backward(
+                d_product, d_sentence_terms, d_cells, d_sentence_cells = update_backward(
                     d_states, d_output_states[step], d_cells, d_sentence_states, d_sentence_cells, d_input_terms,
                     step < options.num_steps - 1, product, input_terms, inputs.sentence_terms, inputs.word_cells,
-                    inputs.sentence_cells, mask, lengths, inputs.statistics, options.window_size,
-                    options.sigmoid_scores,
+                    inputs.sentence_cells, mask, lengths, inputs.statistics,
                 )  # fmt: skip
                 if sentences_weight is not None:
                     d_sentence_terms_per_step.append(d_sentence_terms)

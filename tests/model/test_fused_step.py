@@ -341,10 +341,12 @@ def test_left_padding_longer_than_a_position_block():
 
 
 def fused_launches(monkeypatch) -> list[str]:
-    """Records every call of the fused step's forward operator."""
+    """Records every launch of the fused step's forward kernel (direct in eager mode, or through its operator)."""
     launches = []
-    operator = triton_step.step_update
-    monkeypatch.setattr(triton_step, "step_update", lambda *args: launches.append("step_update") or operator(*args))
+    launch = triton_step.StepKernels.forward
+    monkeypatch.setattr(
+        triton_step.StepKernels, "forward", lambda *args: launches.append("step_update") or launch(*args)
+    )
     return launches
 
 
