@@ -3,6 +3,7 @@
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
+from .kernel_dispatch import STEP_IMPLEMENTATIONS
 from .tag_schemes import BIOESLabelMap
 
 GATE_NORMALIZATIONS = ("sigmoid_softmax", "softmax")
@@ -12,7 +13,6 @@ CLASSIFIER_POOLINGS = ("sentence", "attention", "mean")
 INITIAL_STATES = ("learned", "input")
 HEAD_TAG_SCHEMES = (None, "BIOES")
 FEATURE_POOLINGS = ("mean", "first")
-STEP_IMPLEMENTATIONS = ("auto", "eager", "triton")
 FEATURE_ENCODER_SUB_CONFIG = {
     # Any `AutoConfig` (its `model_type` decides the class); absent unless given, as for a model without features.
     "feature_encoder_config": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=True)

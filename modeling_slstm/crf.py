@@ -40,11 +40,11 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from . import crf_parallel
-from .configuration_slstm import STEP_IMPLEMENTATIONS
+from . import crf_parallel, kernel_dispatch
 from .crf_parallel import MAX_TRACED_LENGTH
-from .custom_operators import kernel_device_obstacle
+from .kernel_dispatch import triton_obstacles
 from .tag_schemes import allowed_transitions as allowed_transitions_for_labels
+from .triton_crf import KERNEL_DTYPES, MAX_KERNEL_TAGS, crf_log_likelihood, crf_viterbi
 from .validation import IGNORE_INDEX, check_mask_values, named_on_failure
 
 __all__ = ["MAX_TRACED_LENGTH", "ConditionalRandomField", "validate_mask"]
@@ -319,13 +319,7 @@ class ConditionalRandomField(nn.Module):
 
     def kernel_obstacles(self, emissions: torch.Tensor) -> list[str]:
         """Why the Triton kernels cannot run on ``emissions``, one reason a string; empty when they can."""
-        try:  # imported at first use: the package (and a checkpoint's copy of it) loads without Triton
-            from .triton_crf import KERNEL_DTYPES, MAX_KERNEL_TAGS, kernels_interpreted
-        except ImportError as error:
-            return [f"triton cannot be imported ({error})"]
-        obstacles = []
-        if device_obstacle := kernel_device_obstacle(emissions, kernels_interpreted()):
-            obstacles.append(device_obstacle)
+        obstacles = triton_obstacles(emissions)
         if emissions.dtype not in KERNEL_DTYPES or self._compute_dtype(emissions) != torch.float32:
             obstacles.append(
                 f"the emissions are {emissions.dtype} and the scores {self.transitions.dtype}, and the kernels "
@@ -347,20 +341,18 @@ class ConditionalRandomField(nn.Module):
             `ValueError`: If ``implementation`` is none of `"auto"`, `"eager"`, `"triton"`, or is `"triton"` where
             the kernels cannot run (the message says why).
         """
-        if implementation not in STEP_IMPLEMENTATIONS:
-            raise ValueError(f"implementation must be one of {STEP_IMPLEMENTATIONS}, got {implementation!r}")
-        if implementation == "eager" or _is_traced(emissions) or (implementation == "auto" and not emissions.is_cuda):
+        if _is_traced(emissions):
             return False
         obstacles = self.kernel_obstacles(emissions)
-        if obstacles and implementation == "triton":
-            raise ValueError(f"implementation='triton' cannot run the CRF's kernels here: {'; '.join(obstacles)}")
-        return not obstacles
+        return kernel_dispatch.uses_kernels(
+            implementation, emissions, obstacles, "implementation", "the CRF's kernels"
+        )
 
     def _kernel_arguments(self, emissions: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Contiguous emissions and mask, then the parameters and constraint buffers, as the kernels read them."""
+        """The emissions and mask, then the parameters and constraint buffers, in the order the kernels take them."""
         parameters = (self.start_transitions, self.end_transitions, self.transitions)
         constraints = (self.start_allowed, self.end_allowed, self.transition_allowed)
-        return emissions.contiguous(), mask.contiguous(), *parameters, *constraints
+        return emissions, mask, *parameters, *constraints
 
     def extra_repr(self) -> str:
         return f"num_tags={self.num_tags}, constrained={self.allowed_transitions is not None}"
@@ -473,10 +465,8 @@ class ConditionalRandomField(nn.Module):
     ) -> torch.Tensor:
         """`log_likelihood` of validated inputs (a bool `mask`, long `tags`)."""
         if self.uses_kernels(emissions, implementation):
-            from .triton_crf import crf_log_likelihood
-
             emissions, mask, *scores = self._kernel_arguments(emissions, mask)
-            log_likelihood, _, _ = crf_log_likelihood(emissions, tags.contiguous(), mask, *scores, _LIKELIHOOD_PENALTY)
+            log_likelihood, _, _ = crf_log_likelihood(emissions, tags, mask, *scores, _LIKELIHOOD_PENALTY)
             return log_likelihood
         with _autocast_disabled(emissions):
             dtype = self._compute_dtype(emissions)
@@ -543,8 +533,6 @@ class ConditionalRandomField(nn.Module):
         """
         mask, _ = self._validated(emissions, mask)
         if self.uses_kernels(emissions, implementation):
-            from .triton_crf import crf_viterbi
-
             paths, _ = crf_viterbi(*self._kernel_arguments(emissions.detach(), mask), _TIE_MARGIN, False)
             return paths
         with _autocast_disabled(emissions):
@@ -569,16 +557,49 @@ class ConditionalRandomField(nn.Module):
 
         Returns:
             `torch.FloatTensor` of shape `(batch, seq, num_tags)`, float32 (float64 for float64 inputs or parameters):
-            0 at masked positions. Differentiable with the loops and scans, not with the kernels (a decoding output).
+            0 at masked positions. Differentiable (with the kernels, the loops' gradient, recomputed in the backward).
         """
         mask, _ = self._validated(emissions, mask)
         if self.uses_kernels(emissions, implementation):
-            from .triton_crf import crf_viterbi
+            parameters = (self.start_transitions, self.end_transitions, self.transitions)
+            return _MaxMarginalsByKernels.apply(self, emissions, mask, *parameters)
+        return self._max_marginals_by_loops(emissions, mask)
 
-            _, max_marginals = crf_viterbi(*self._kernel_arguments(emissions.detach(), mask), _TIE_MARGIN, True)
-            return max_marginals
+    def _max_marginals_by_loops(self, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """`max_marginals` (batch, seq, L) by the loops (the scans in a traced graph), ``mask`` a bool tensor."""
         with _autocast_disabled(emissions):
             dtype = self._compute_dtype(emissions)
             path, max_marginals = self._paths_and_max_marginals(emissions.to(dtype), mask, with_backward=True)
             max_marginals = _favour_path(max_marginals, path).clamp(min=torch.finfo(dtype).min)
             return torch.where(mask[..., None], max_marginals, 0.0)
+
+
+class _MaxMarginalsByKernels(torch.autograd.Function):
+    """`ConditionalRandomField.max_marginals` by the Viterbi kernel, with the loops' gradient: the kernel has no
+    backward of its own, and a loss on the max-marginals (the tagger's logits) is rare, so the backward recomputes
+    them with the loops and differentiates those (with the loss on the CRF's likelihood alone it never runs).
+
+    Inputs: the CRF, emissions `(batch, seq, L)`, the bool mask `(batch, seq)` and the CRF's start, end and transition
+    scores (so that autograd routes their gradients here). Returns the max-marginals `(batch, seq, L)` float32.
+    """
+
+    @staticmethod
+    def forward(ctx, crf, emissions, mask, start, end, transitions):
+        ctx.crf = crf
+        ctx.save_for_backward(emissions, mask)
+        _, max_marginals = crf_viterbi(*crf._kernel_arguments(emissions, mask), _TIE_MARGIN, True)
+        return max_marginals
+
+    @staticmethod
+    def backward(ctx, d_max_marginals):
+        emissions, mask = ctx.saved_tensors
+        crf = ctx.crf
+        needed = (ctx.needs_input_grad[1], *ctx.needs_input_grad[3:])  # emissions, start, end, transitions
+        with torch.enable_grad():
+            emissions = emissions.detach().requires_grad_()
+            inputs = (emissions, crf.start_transitions, crf.end_transitions, crf.transitions)
+            max_marginals = crf._max_marginals_by_loops(emissions, mask)
+            wanted = [tensor for tensor, is_needed in zip(inputs, needed) if is_needed]
+            gradients = iter(torch.autograd.grad(max_marginals, wanted, d_max_marginals, allow_unused=True))
+        d_emissions, d_start, d_end, d_transitions = (next(gradients) if is_needed else None for is_needed in needed)
+        return None, d_emissions, None, d_start, d_end, d_transitions

@@ -1,5 +1,5 @@
 """Names of the package's custom operators (`torch.library.custom_op`): the oneDNN matmul of `cpu_matmul.py` and the
-Triton kernels' launchers; and where such kernels can run.
+Triton kernels' launchers (`kernel_dispatch.py` says where those kernels run).
 
 An operator name can be registered only once per process, and `trust_remote_code` imports a checkpoint's copy of
 this package beside the installed one: each copy registers its operators in a namespace of its own, made from the
@@ -14,14 +14,3 @@ OPERATOR_NAMESPACE = "slstm_" + re.sub(r"\W", "_", __name__.rpartition(".")[0] o
 def operator_name(name: str) -> str:
     """`name` as a qualified operator name of this copy of the package, `"<namespace>::<name>"`."""
     return f"{OPERATOR_NAMESPACE}::{name}"
-
-
-def kernel_device_obstacle(tensor, interpreted: bool) -> str | None:
-    """Why Triton kernels cannot run on `tensor`'s device, or None: they take CUDA tensors, or CPU tensors where they
-    run in Triton's interpreter (`interpreted`)."""
-    if tensor.is_cuda or (tensor.device.type == "cpu" and interpreted):
-        return None
-    return (
-        f"the tensors are on {tensor.device}, and the kernels need CUDA tensors (or CPU tensors with Triton's "
-        "interpreter, TRITON_INTERPRET=1 set before the kernels are first used)"
-    )

@@ -30,7 +30,7 @@ from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_d
 from .cpu_matmul import SLSTMConv1d, SLSTMLinear
 from .crf import ConditionalRandomField
 from .token_tagging import head_tag_count, tagging_loss_and_logits, update_head_for_labels
-from .triton_step import FusedRecurrence, uses_fused_step
+from .triton_step import RecurrenceOptions, fused_recurrence, uses_fused_step
 from .validation import check_labels_batch_size, naming_bad_values, real_token_mask
 
 
@@ -555,37 +555,13 @@ class SLSTMStateTransition(GradientCheckpointingLayer):
         """All `config.num_steps` steps of Eqs. 2-3 at once with the Triton kernels (`FusedRecurrence` of
         `triton_step.py`): two matmuls and one kernel launch per step, the weight gradients summed inside its backward.
         Arguments as for `forward` (the initial states; `input_content` is not covered by the kernels) ->
-        `((h^1, …, h^T), g^T)`, `g^T` the given `sentence_states` without sentence nodes. Hidden dropout is drawn
+        `((h^1, …, h^T), g^T)`, `g^T` `(batch, 0, hidden)` without sentence nodes. Hidden dropout is drawn
         as `forward` draws it, in the same order."""
-        nodes = self.num_sentence_nodes
-        sentence_weights = (None,) * 5
-        if nodes:
-            sentence_weights = (
-                self.sentence_gates.weight,
-                self.sentence_gates.bias,
-                self.word_sentence.weight,
-                self.word_forget_from_sentence.weight,
-                self.word_forget_from_sentence.bias,
-            )
-        outputs = FusedRecurrence.apply(
-            input_gate_terms,
-            word_states,
-            word_cells,
-            sentence_states,
-            sentence_cells,
-            mask,
-            lengths,
-            self.word_window.weight,
-            self.word_forget_from_word.weight if nodes else None,
-            *sentence_weights,
-            self.config.num_steps,
-            self.window_size,
-            self.sigmoid_softmax,
-            self.config.hidden_dropout if self.training else 0.0,
+        options = RecurrenceOptions(self.config.num_steps, self.window_size, self.sigmoid_softmax,
+                                    self.config.hidden_dropout if self.training else 0.0)  # fmt: skip
+        return fused_recurrence(
+            self, word_states, word_cells, sentence_states, sentence_cells, input_gate_terms, mask, lengths, options
         )
-        if nodes:
-            return outputs[:-1], outputs[-1]
-        return outputs, sentence_states
 
 
 class SLSTMInitialStates(nn.Module):

@@ -25,25 +25,14 @@ Tags are padded to a power of two (`BLOCK_TAGS`); a program holds ``(BLOCK_TAGS,
 Constraints are applied inside: forbidden moves score ``forbidden_score`` (a large finite penalty in the likelihood,
 -inf in decoding) and get no gradient.
 
-Triton is optional: `crf.py` imports this module only where the kernels are to run, so that the package (and a
-checkpoint's copy of it) loads without Triton.
+Triton is optional: this module imports without it (see `kernel_dispatch.py`), and `crf.py` then keeps its loops.
 """
 
 import torch
 
 from .custom_operators import operator_name
+from .kernel_dispatch import tl, triton
 from .validation import IGNORE_INDEX
-
-try:  # optional; without Triton this module does not import and `crf.py` keeps its loops
-    import triton
-    import triton.language as tl
-except ImportError as error:
-    raise ImportError(f"the CRF's Triton kernels need triton ({error})") from error
-
-try:  # the kernels below are interpreted (TRITON_INTERPRET=1 when this module was imported) or compiled
-    from triton.runtime.interpreter import InterpretedFunction
-except ImportError:  # a Triton without an interpreter: kernels are always compiled
-    InterpretedFunction = ()
 
 MAX_KERNEL_TAGS = 128
 """Most tags the kernels take: a program keeps ``(num_tags, num_tags)`` tiles (padded to a power of two) in
@@ -112,7 +101,7 @@ def log_likelihood_forward_kernel(
 ):  # fmt: skip
     """One sentence's log-likelihood ``gold - log Z`` (0 without chain positions); ``alpha_t`` of every position
     (held over masked ones) and ``log Z`` for the backward. A gold tag outside ``[0, num_tags)`` at a chain position
-    makes the log-likelihood NaN."""
+    makes the log-likelihood and ``log Z`` (so the sentence's gradients) NaN."""
     b = tl.program_id(0).to(tl.int64)
     tags = tl.arange(0, BLOCK_TAGS)
     real = tags < num_tags
@@ -150,7 +139,9 @@ def log_likelihood_forward_kernel(
     log_partition = tl.where(started, top + tl.log(tl.sum(tl.exp(alpha + end - top), axis=0)), 0.0)
     gold_scores += tl.where(is_previous_tag, end, 0.0)
     gold = tl.sum(gold_scores, axis=0) + tl.sum(tl.sum(gold_moves * transitions, axis=1), axis=0)
-    gold = tl.where(bad_tag, float("nan"), gold)
+    # A tag outside [0, num_tags) makes the sentence's loss and, through log Z, its gradients NaN: what the loops do
+    # (an index error) cannot be raised from a kernel without waiting for the device.
+    log_partition = tl.where(bad_tag, float("nan"), log_partition)
     tl.store(log_partition_ptr + b, log_partition)
     tl.store(log_likelihood_ptr + b, gold - log_partition)
 
@@ -265,6 +256,12 @@ def viterbi_kernel(
         tag = tl.where(on_chain, tl.load(best_previous_ptr + row * BLOCK_TAGS + tag), tag)
 
 
+def _contiguous(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """The tensors as the kernels read them (each row after the previous one): contiguous, whatever layout a caller
+    passes (expanded, sliced, transposed), copied only where needed; `None` stays `None`."""
+    return tuple(None if tensor is None else tensor.contiguous() for tensor in tensors)
+
+
 def _launch_settings(num_tags: int) -> dict:
     """``BLOCK_TAGS`` (the tags padded to a power of two) and warps for about 8 values of a score tile per thread."""
     block_tags = triton.next_power_of_2(num_tags)
@@ -286,7 +283,11 @@ def crf_log_likelihood(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launches `log_likelihood_forward_kernel`: emissions ``(batch, seq, L)``, tags (long) and mask (bool)
     ``(batch, seq)``, the CRF's parameters and constraint buffers -> the log-likelihood ``(batch,)``, and the forward
-    scores ``(batch, seq, BLOCK_TAGS)`` and ``log Z`` ``(batch,)`` that the backward reads (all float32)."""
+    scores ``(batch, seq, BLOCK_TAGS)`` and ``log Z`` ``(batch,)`` that the backward reads (all float32). Takes any
+    layout (`_contiguous`)."""
+    emissions, tags, mask, start, end, transitions, start_allowed, end_allowed, transition_allowed = _contiguous(
+        emissions, tags, mask, start, end, transitions, start_allowed, end_allowed, transition_allowed
+    )
     batch, seq, num_tags = emissions.shape
     settings = _launch_settings(num_tags)
     log_likelihoods = emissions.new_empty(batch, dtype=torch.float32)
@@ -326,9 +327,15 @@ def crf_log_likelihood_backward(
     forbidden_score: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launches `log_likelihood_backward_kernel` -> the gradient of the emissions (their shape and dtype) and the
-    per-sentence gradients of the moves ``(batch, L + 2, L)`` float32 (transitions, then the start and end rows)."""
+    per-sentence gradients of the moves ``(batch, L + 2, L)`` float32 (transitions, then the start and end rows).
+    Takes any layout (`_contiguous`), e.g. the expanded gradient of a sum."""
+    d_log_likelihood, emissions, tags, mask, start, end, transitions, *rest = _contiguous(
+        d_log_likelihood, emissions, tags, mask, start, end, transitions, start_allowed, end_allowed,
+        transition_allowed, alphas, log_partitions,
+    )  # fmt: skip
+    start_allowed, end_allowed, transition_allowed, alphas, log_partitions = rest
     batch, seq, num_tags = emissions.shape
-    d_emissions = torch.empty_like(emissions)
+    d_emissions = emissions.new_empty(emissions.shape)
     d_moves = emissions.new_empty(batch, num_tags + 2, num_tags, dtype=torch.float32)
     log_likelihood_backward_kernel[(batch,)](
         d_log_likelihood_ptr=d_log_likelihood, emissions_ptr=emissions, tags_ptr=tags, mask_ptr=mask, start_ptr=start,
@@ -343,21 +350,21 @@ def crf_log_likelihood_backward(
 @crf_log_likelihood_backward.register_fake
 def _(d_log_likelihood, emissions, *rest):
     batch, _, num_tags = emissions.shape
-    return torch.empty_like(emissions), emissions.new_empty(batch, num_tags + 2, num_tags, dtype=torch.float32)
+    d_moves = emissions.new_empty(batch, num_tags + 2, num_tags, dtype=torch.float32)
+    return emissions.new_empty(emissions.shape), d_moves
 
 
 def _save_for_backward(ctx, inputs, output):
     *tensors, ctx.forbidden_score = inputs
     _, alphas, log_partitions = output
     ctx.set_materialize_grads(False)  # no zero gradients made for the outputs saved for the backward
+    ctx.mark_non_differentiable(alphas, log_partitions)  # the backward's inputs, not results to train on
     ctx.save_for_backward(*tensors, alphas, log_partitions)
 
 
 def _log_likelihood_gradients(ctx, d_log_likelihood, _d_alphas, _d_log_partitions):
     emissions, _, _, start, end, transitions, *_ = ctx.saved_tensors
-    d_emissions, d_moves = crf_log_likelihood_backward(
-        d_log_likelihood.contiguous(), *ctx.saved_tensors, ctx.forbidden_score
-    )
+    d_emissions, d_moves = crf_log_likelihood_backward(d_log_likelihood, *ctx.saved_tensors, ctx.forbidden_score)
     d_parameters = (None, None, None)
     if any(ctx.needs_input_grad[3:6]):
         num_tags = emissions.size(-1)
@@ -387,7 +394,11 @@ def crf_viterbi(
     with_max_marginals: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launches `viterbi_kernel` -> the best paths ``(batch, seq)`` (long, ``IGNORE_INDEX`` at masked positions) and,
-    ``with_max_marginals``, the max-marginal logits ``(batch, seq, L)`` float32 (else an empty tensor)."""
+    ``with_max_marginals``, the max-marginal logits ``(batch, seq, L)`` float32 (else an empty tensor). Takes any
+    layout (`_contiguous`)."""
+    emissions, mask, start, end, transitions, start_allowed, end_allowed, transition_allowed = _contiguous(
+        emissions, mask, start, end, transitions, start_allowed, end_allowed, transition_allowed
+    )
     batch, seq, num_tags = emissions.shape
     settings = _launch_settings(num_tags)
     paths = emissions.new_empty(batch, seq, dtype=torch.long)
@@ -412,9 +423,3 @@ def _(emissions, mask, start, end, transitions, start_allowed, end_allowed, tran
     max_marginals_shape = (batch, seq, num_tags) if with_max_marginals else (0,)
     paths = emissions.new_empty(batch, seq, dtype=torch.long)
     return paths, emissions.new_empty(max_marginals_shape, dtype=torch.float32)
-
-
-def kernels_interpreted() -> bool:
-    """Whether the kernels run in Triton's interpreter (on CPU tensors): `TRITON_INTERPRET=1` when this module was
-    imported."""
-    return isinstance(viterbi_kernel, InterpretedFunction)

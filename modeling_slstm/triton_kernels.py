@@ -1,4 +1,5 @@
-"""Triton kernels of the fused S-LSTM step (`triton_step.py` wraps them; `docs/equations.md` states the equations).
+"""Triton kernels of the fused S-LSTM step (`triton_step.py` wraps them; `docs/equations.md` states the equations and
+the layout of the stacked weights and of the tensors below).
 
 Only the elementwise parts of a step are here; every matmul stays in PyTorch (cuBLAS): per step `P = h̃^{t-1} W_h^T`
 (every weight on the word states: the window blocks `W_d h_j`, `U_f h_j`, `U_g h_j`, `U_o h_j`) and the sentence terms
@@ -6,7 +7,7 @@ Only the elementwise parts of a step are here; every matmul stays in PyTorch (cu
 step, each running a word body and a sentence body side by side (Eq. 2 and Eq. 3 read only step `t-1` values):
 
 - `step_forward_kernel`: `_word_update_forward` (Eq. 2): `W ξ_i` as the sum of the window blocks of `P` at the
-  neighbours' rows, plus `U x_i + b` and `V γ`, the normalised gates (softmax over the `2w + K + 1` gates), the
+  neighbours' rows, plus `U x_i + b` and `V γ`, the normalised gates (softmax over the `2w + K + 2` gates), the
   output gate and content, the new cell and state, and the padding mask, in one pass; `_sentence_update_forward`
   (Eq. 3): the forget-gate scores of every real position, their softmax over positions (one pass, rescaled as the
   running maximum grows) together with the mean `U h̄` of the product's `U h_j` blocks, then the node's own cell and
@@ -20,29 +21,24 @@ step, each running a word body and a sentence body side by side (Eq. 2 and Eq. 3
   `1/n` of them for each real position's `U h_j`), of the word cells and of the sentence cells, from the statistics
   the forward saved.
 
+Every program works on one sentence `b`: the kernels move each pointer to sentence `b`'s rows once
+(`ptr += b * row size`, as Triton's tutorials do), and the helpers below take pointers to that sentence, positions
+within it, hidden indices and the sizes. Tensors are contiguous (the launchers make them so): the product
+`(batch, seq, P)` with `P = ((2w + 1)·C + 3K)·H`, `U x + b` `(batch, seq, C·H)`, the sentence terms
+`(batch, (C + 3K)·H)`, cells `(batch, seq, H)`, sentence cells `(batch, K, H)`, mask `(batch, seq)` (nonzero at real
+positions), lengths `(batch,)`, the statistics `(batch, 4, K, H)`; `C` (`CONTEXT_BLOCKS`) is the number of gate blocks
+a word's context feeds, `2w + K + 4`. A gradient of the cells comes in two parts `(2, batch, ...)`, through the words
+and through the sentence nodes (written by the word and the sentence bodies of one launch; the next launch sums
+them), one part without sentence nodes. Gate block order as in `SLSTMStateTransition`: window gates `l_w … f … r_w`,
+one `s_k` per node, `i`, then `o`, `u`.
+
 Loops over positions are `while` loops: Triton 3.6's interpreter cannot take a runtime bound in `range` under NumPy 2.4.
-Every kernel reads its inputs in their own dtype (bfloat16, float16 or float32) and computes in float32. Tensors are
-contiguous: the product `(batch, seq, product width)`, `U x + b` `(batch, seq, blocks, hidden)`, sentence terms
-`(batch, sentence width)`, cells
-`(batch, seq, hidden)`, sentence cells `(batch, nodes, hidden)`, mask `(batch, seq)` (nonzero at real positions).
-Gate block order as in `SLSTMStateTransition`: window gates `l_w … f … r_w`, one `s_k` per node, `i`, then `o`, `u`.
+Every kernel reads its inputs in their own dtype (bfloat16, float16 or float32) and computes in float32.
 """
 
 from dataclasses import dataclass
 
-# `triton_step.load_kernels` imports this module when a fused step is first considered, and reports an ImportError.
-# In a `try` block because transformers' check of a checkpoint's code files skips the imports there: a checkpoint
-# loads (and runs the readable step) where Triton is not installed.
-try:
-    import triton
-    import triton.language as tl
-except ImportError as error:
-    raise ImportError(f"the fused S-LSTM step needs Triton: {error}") from error
-
-try:  # the kernels below are interpreted (TRITON_INTERPRET=1 when this module was imported) or compiled
-    from triton.runtime.interpreter import InterpretedFunction
-except ImportError:  # a Triton without an interpreter: kernels are always compiled
-    InterpretedFunction = ()
+from .kernel_dispatch import KERNELS_INTERPRETED, tl, triton
 
 
 @triton.jit
@@ -54,82 +50,67 @@ def _tanh(x):
 
 
 @triton.jit
+def _product_width(hidden, WINDOW: tl.constexpr, NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr):
+    """Columns of a product row: `2w + 1` window blocks of `C·H` (`W_d h_j`), then `U_f h_j`, `U_g h_j`, `U_o h_j`
+    (`K·H` each)."""
+    return ((2 * WINDOW + 1) * CONTEXT_BLOCKS + 3 * NODES) * hidden
+
+
+@triton.jit
+def _slot(gates, SLOT: tl.constexpr, GATES: tl.constexpr):
+    """Gate slot `SLOT` of `gates` `(BLOCK_S, GATES, BLOCK_H)`: `(BLOCK_S, BLOCK_H)`."""
+    return tl.sum(tl.where(tl.arange(0, GATES)[None, :, None] == SLOT, gates, 0.0), axis=1)
+
+
+@triton.jit
 def _word_terms(
-    product_ptr,
-    input_terms_ptr,
-    sentence_terms_ptr,
-    b,
-    position,
-    slot_offsets,
-    valid,
-    seq,
-    hidden,
-    product_width,
-    sentence_width,
-    WINDOW: tl.constexpr,
-    NODES: tl.constexpr,
-):
+    product_ptr, input_terms_ptr, sentence_terms_ptr, position, slot_offsets, valid, seq, hidden,
+    WINDOW: tl.constexpr, NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
+):  # fmt: skip
     """Eq. 2's pre-activations `W ξ_i + U x_i + b + V γ`, float32, of the words at `position` and the offsets
     `slot_offsets` within a word's gate blocks (broadcast together, `valid` masks them). `W ξ_i` is the sum over the
     window of `W_d h_{i-w+d}`, read from block `d` of the product row of word `i - w + d` (zero beyond the edges)."""
-    context_width = (2 * WINDOW + NODES + 4) * hidden
-    input_offsets = (b * seq + position) * context_width + slot_offsets
-    total = tl.load(input_terms_ptr + input_offsets, mask=valid, other=0.0).to(tl.float32)
+    context_width = CONTEXT_BLOCKS * hidden
+    product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
+    total = tl.load(input_terms_ptr + position * context_width + slot_offsets, mask=valid, other=0.0).to(tl.float32)
     for d in tl.static_range(2 * WINDOW + 1):
         neighbour = position + d - WINDOW
         inside = valid & (neighbour >= 0) & (neighbour < seq)
-        offsets = (b * seq + neighbour) * product_width + d * context_width + slot_offsets
+        offsets = neighbour * product_width + d * context_width + slot_offsets
         total += tl.load(product_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
     if NODES > 0:
-        total += tl.load(sentence_terms_ptr + b * sentence_width + slot_offsets, mask=valid, other=0.0).to(tl.float32)
+        total += tl.load(sentence_terms_ptr + slot_offsets, mask=valid, other=0.0).to(tl.float32)
     return total
 
 
 @triton.jit
 def _word_node(
-    product_ptr,
-    input_terms_ptr,
-    sentence_terms_ptr,
-    cells_ptr,
-    sentence_cells_ptr,
-    b,
-    positions,
-    hidden_idx,
-    seq,
-    hidden,
-    product_width,
-    sentence_width,
-    WINDOW: tl.constexpr,
-    NODES: tl.constexpr,
-    GATES: tl.constexpr,
+    product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, positions, hidden_idx, seq,
+    hidden, WINDOW: tl.constexpr, NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr,
     SIGMOID_SCORES: tl.constexpr,
-):
+):  # fmt: skip
     """Eq. 2 at `positions` `(BLOCK_S,)` (any integers: those outside `[0, seq)` read zeros) and `hidden_idx`
     `(BLOCK_H,)`: `(scores, gates, values, cell, output_gate, content)`, the first three `(BLOCK_S, GATES, BLOCK_H)`
-    (gate slots past the `2w + K + 1` normalised gates hold zero gates), the rest `(BLOCK_S, BLOCK_H)`."""
+    (gate slots past the `2w + K + 2` normalised gates hold zero gates), the rest `(BLOCK_S, BLOCK_H)`."""
     normalized = 2 * WINDOW + NODES + 2
     gate = tl.arange(0, GATES)[None, :, None]
     position = positions[:, None]  # (BLOCK_S, 1)
     column = hidden_idx[None, :]  # (1, BLOCK_H)
     in_row = (position >= 0) & (position < seq) & (column < hidden)  # (BLOCK_S, BLOCK_H)
 
-    # The normalised gates' pre-activations, (BLOCK_S, GATES, BLOCK_H).
-    gate_mask = in_row[:, None, :] & (gate < normalized)
+    # The normalised gates' pre-activations, (BLOCK_S, GATES, BLOCK_H), then the output gate's and the content's.
     pre = _word_terms(
-        product_ptr,
-        input_terms_ptr,
-        sentence_terms_ptr,
-        b,
-        position[:, :, None],
-        gate * hidden + column[:, None, :],
-        gate_mask,
-        seq,
-        hidden,
-        product_width,
-        sentence_width,
-        WINDOW,
-        NODES,
-    )
+        product_ptr, input_terms_ptr, sentence_terms_ptr, position[:, :, None], gate * hidden + column[:, None, :],
+        in_row[:, None, :] & (gate < normalized), seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS,
+    )  # fmt: skip
+    output_pre = _word_terms(
+        product_ptr, input_terms_ptr, sentence_terms_ptr, position, normalized * hidden + column, in_row, seq,
+        hidden, WINDOW, NODES, CONTEXT_BLOCKS,
+    )  # fmt: skip
+    content_pre = _word_terms(
+        product_ptr, input_terms_ptr, sentence_terms_ptr, position, (normalized + 1) * hidden + column, in_row, seq,
+        hidden, WINDOW, NODES, CONTEXT_BLOCKS,
+    )  # fmt: skip
     if SIGMOID_SCORES:
         scores = tl.sigmoid(pre)
     else:
@@ -137,52 +118,17 @@ def _word_node(
     masked_scores = tl.where(gate < normalized, scores, float("-inf"))
     exps = tl.exp(masked_scores - tl.max(masked_scores, axis=1)[:, None, :])
     gates = exps / tl.sum(exps, axis=1)[:, None, :]
-
-    output_pre = _word_terms(
-        product_ptr,
-        input_terms_ptr,
-        sentence_terms_ptr,
-        b,
-        position,
-        normalized * hidden + column,
-        in_row,
-        seq,
-        hidden,
-        product_width,
-        sentence_width,
-        WINDOW,
-        NODES,
-    )
-    content_pre = _word_terms(
-        product_ptr,
-        input_terms_ptr,
-        sentence_terms_ptr,
-        b,
-        position,
-        (normalized + 1) * hidden + column,
-        in_row,
-        seq,
-        hidden,
-        product_width,
-        sentence_width,
-        WINDOW,
-        NODES,
-    )
     content = _tanh(content_pre)  # u_i
 
     # What each gate weighs: the cells c_{i-w} … c_{i+w} (zero beyond the edges), c_{g,k}, then u_i.
     neighbour = position[:, :, None] + gate - WINDOW
     in_hidden = column[:, None, :] < hidden
     in_window = (gate < 2 * WINDOW + 1) & (neighbour >= 0) & (neighbour < seq) & in_hidden
-    values = tl.load(cells_ptr + (b * seq + neighbour) * hidden + column[:, None, :], mask=in_window, other=0.0).to(
-        tl.float32
-    )
+    values = tl.load(cells_ptr + neighbour * hidden + column[:, None, :], mask=in_window, other=0.0).to(tl.float32)
     if NODES > 0:
         node = gate - (2 * WINDOW + 1)
         is_node = (node >= 0) & (node < NODES) & in_hidden
-        node_cells = tl.load(
-            sentence_cells_ptr + (b * NODES + node) * hidden + column[:, None, :], mask=is_node, other=0.0
-        )
+        node_cells = tl.load(sentence_cells_ptr + node * hidden + column[:, None, :], mask=is_node, other=0.0)
         values += node_cells.to(tl.float32)
     values = tl.where(gate == normalized - 1, content[:, None, :], values)
     cell = tl.sum(gates * values, axis=1)
@@ -191,27 +137,17 @@ def _word_node(
 
 @triton.jit
 def _cell_gradient(
-    d_states_ptr,
-    d_output_states_ptr,
-    d_cells_ptr,
-    d_cells_via_sentences_ptr,
-    mask_ptr,
-    b,
-    positions,
-    hidden_idx,
-    seq,
-    hidden,
-    cell,
-    output_gate,
-):
+    d_states_ptr, d_output_states_ptr, d_cells_ptr, mask_ptr, positions, hidden_idx, seq, hidden, cells_part, cell,
+    output_gate, NODES: tl.constexpr,
+):  # fmt: skip
     """The gradient reaching the cell `c_i^t` before the mask at `positions` (zero at padding and outside the
     sentence), from the gradients of the masked outputs `h^t` (the next step's, plus the encoder output's where
-    `d_output_states_ptr` is given) and `c^t` (none after the last step; through the next step's words, and its
-    sentence nodes where `d_cells_via_sentences_ptr` is given): `(d_cell, d_state, tanh(cell))`."""
+    `d_output_states_ptr` is given) and `c^t` (none after the last step; its parts through the next step's words and,
+    `cells_part` further, its sentence nodes): `(d_cell, d_state, tanh(cell))`."""
     in_seq = (positions >= 0) & (positions < seq)
-    real = tl.load(mask_ptr + b * seq + positions, mask=in_seq, other=0.0) != 0
+    real = tl.load(mask_ptr + positions, mask=in_seq, other=0.0) != 0
     keep = real[:, None] & (hidden_idx[None, :] < hidden)
-    offsets = (b * seq + positions[:, None]) * hidden + hidden_idx[None, :]
+    offsets = positions[:, None] * hidden + hidden_idx[None, :]
     d_state = tl.load(d_states_ptr + offsets, mask=keep, other=0.0).to(tl.float32)
     if d_output_states_ptr is not None:
         d_state += tl.load(d_output_states_ptr + offsets, mask=keep, other=0.0).to(tl.float32)
@@ -219,157 +155,51 @@ def _cell_gradient(
     d_cell = d_state * output_gate * (1.0 - squashed * squashed)
     if d_cells_ptr is not None:
         d_cell += tl.load(d_cells_ptr + offsets, mask=keep, other=0.0).to(tl.float32)
-    if d_cells_via_sentences_ptr is not None:
-        d_cell += tl.load(d_cells_via_sentences_ptr + offsets, mask=keep, other=0.0).to(tl.float32)
+        if NODES > 0:
+            d_cell += tl.load(d_cells_ptr + cells_part + offsets, mask=keep, other=0.0).to(tl.float32)
     return d_cell, d_state, squashed
 
 
 @triton.jit
 def _word_update_forward(
-    product_ptr,
-    input_terms_ptr,
-    sentence_terms_ptr,
-    cells_ptr,
-    sentence_cells_ptr,
-    mask_ptr,
-    new_states_ptr,
-    new_cells_ptr,
-    b,
-    position_block,
-    hidden_block,
-    seq,
-    hidden,
-    product_width,
-    sentence_width,
-    WINDOW: tl.constexpr,
-    NODES: tl.constexpr,
-    GATES: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-):
-    """Eq. 2 for a block of positions and hidden units of sentence `b`: `h^t`, `c^t`, zero at padding."""
-    positions = position_block * BLOCK_S + tl.arange(0, BLOCK_S)
-    hidden_idx = hidden_block * BLOCK_H + tl.arange(0, BLOCK_H)
+    product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, new_states_ptr,
+    new_cells_ptr, positions, hidden_idx, seq, hidden, WINDOW: tl.constexpr, NODES: tl.constexpr,
+    CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
+):  # fmt: skip
+    """Eq. 2 at `positions` `(BLOCK_S,)` and `hidden_idx` `(BLOCK_H,)`: `h^t`, `c^t`, zero at padding."""
     _, _, _, cell, output_gate, _ = _word_node(
-        product_ptr,
-        input_terms_ptr,
-        sentence_terms_ptr,
-        cells_ptr,
-        sentence_cells_ptr,
-        b,
-        positions,
-        hidden_idx,
-        seq,
-        hidden,
-        product_width,
-        sentence_width,
-        WINDOW,
-        NODES,
-        GATES,
-        SIGMOID_SCORES,
-    )
-    real = (tl.load(mask_ptr + b * seq + positions, mask=positions < seq, other=0.0) != 0)[:, None]
+        product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, positions, hidden_idx, seq,
+        hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+    )  # fmt: skip
+    real = (tl.load(mask_ptr + positions, mask=positions < seq, other=0.0) != 0)[:, None]
     valid = (positions[:, None] < seq) & (hidden_idx[None, :] < hidden)
-    offsets = (b * seq + positions[:, None]) * hidden + hidden_idx[None, :]
+    offsets = positions[:, None] * hidden + hidden_idx[None, :]
     state = output_gate * _tanh(cell)
     tl.store(new_cells_ptr + offsets, tl.where(real, cell, 0.0).to(new_cells_ptr.dtype.element_ty), mask=valid)
     tl.store(new_states_ptr + offsets, tl.where(real, state, 0.0).to(new_states_ptr.dtype.element_ty), mask=valid)
 
 
 @triton.jit
-def _neighbour_cell_gradient(
-    d_states_ptr,
-    d_output_states_ptr,
-    d_cells_ptr,
-    d_cells_via_sentences_ptr,
-    product_ptr,
-    input_terms_ptr,
-    sentence_terms_ptr,
-    cells_ptr,
-    sentence_cells_ptr,
-    mask_ptr,
-    b,
-    positions,
-    hidden_idx,
-    seq,
-    hidden,
-    product_width,
-    sentence_width,
-    SLOT: tl.constexpr,
-    WINDOW: tl.constexpr,
-    NODES: tl.constexpr,
-    GATES: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr,
-):
-    """`∂L/∂c_i^t · gate_SLOT` of the words at `positions`: what reaches the cell their window slot `SLOT` reads."""
-    _, gates, _, cell, output_gate, _ = _word_node(
-        product_ptr,
-        input_terms_ptr,
-        sentence_terms_ptr,
-        cells_ptr,
-        sentence_cells_ptr,
-        b,
-        positions,
-        hidden_idx,
-        seq,
-        hidden,
-        product_width,
-        sentence_width,
-        WINDOW,
-        NODES,
-        GATES,
-        SIGMOID_SCORES,
-    )
-    d_cell, _, _ = _cell_gradient(
-        d_states_ptr,
-        d_output_states_ptr,
-        d_cells_ptr,
-        d_cells_via_sentences_ptr,
-        mask_ptr,
-        b,
-        positions,
-        hidden_idx,
-        seq,
-        hidden,
-        cell,
-        output_gate,
-    )
-    slot = tl.arange(0, GATES)[None, :, None] == SLOT
-    return d_cell * tl.sum(tl.where(slot, gates, 0.0), axis=1)
-
-
-@triton.jit
 def _store_word_gradient(
-    d_product_ptr,
-    d_input_terms_ptr,
-    values,
-    b,
-    position,
-    slot_offsets,
-    valid,
-    seq,
-    hidden,
-    product_width,
-    WINDOW: tl.constexpr,
-    NODES: tl.constexpr,
-    LATER_STEPS: tl.constexpr,
-):
+    d_product_ptr, d_input_terms_ptr, values, position, slot_offsets, valid, seq, hidden, WINDOW: tl.constexpr,
+    NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, LATER_STEPS: tl.constexpr,
+):  # fmt: skip
     """Stores `values`, the gradient of Eq. 2's pre-activations of the words at `position` (at `slot_offsets`,
     broadcast as in `_word_terms`): into block `d` of the product row `i - w + d` for every window offset `d` (the
     `W_d h` that word `i` read; blocks of rows that no word reads, beyond the edges, get zero), and as the gradient of
     `U x_i + b` into `d_input_terms_ptr` (float32), with `LATER_STEPS` added to the later steps' gradient there."""
-    context_width = (2 * WINDOW + NODES + 4) * hidden
+    context_width = CONTEXT_BLOCKS * hidden
+    product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
+    dtype = d_product_ptr.dtype.element_ty
     for d in tl.static_range(2 * WINDOW + 1):
         row = position + d - WINDOW
-        offsets = (b * seq + row) * product_width + d * context_width + slot_offsets
-        dtype = d_product_ptr.dtype.element_ty
+        offsets = row * product_width + d * context_width + slot_offsets
         tl.store(d_product_ptr + offsets, values.to(dtype), mask=valid & (row >= 0) & (row < seq))
         reader = position - d + WINDOW  # the word that reads block d of the row at `position`
         unread = valid & ((reader < 0) | (reader >= seq))
-        own_row = (b * seq + position) * product_width + d * context_width + slot_offsets
+        own_row = position * product_width + d * context_width + slot_offsets
         tl.store(d_product_ptr + own_row, tl.zeros_like(values).to(dtype), mask=unread)
-    input_offsets = (b * seq + position) * context_width + slot_offsets
+    input_offsets = position * context_width + slot_offsets
     if LATER_STEPS:
         values += tl.load(d_input_terms_ptr + input_offsets, mask=valid, other=0.0)
     tl.store(d_input_terms_ptr + input_offsets, values, mask=valid)
@@ -377,353 +207,187 @@ def _store_word_gradient(
 
 @triton.jit
 def _word_update_backward(
-    d_states_ptr,
-    d_output_states_ptr,
-    d_cells_ptr,
-    d_cells_via_sentences_ptr,
-    product_ptr,
-    input_terms_ptr,
-    sentence_terms_ptr,
-    cells_ptr,
-    sentence_cells_ptr,
-    mask_ptr,
-    d_product_ptr,
-    d_input_terms_ptr,
-    d_sentence_terms_ptr,
-    d_prev_cells_ptr,
-    d_prev_sentence_cells_ptr,
-    b,
-    hidden_block,
-    seq,
-    hidden,
-    product_width,
-    sentence_width,
-    WINDOW: tl.constexpr,
-    NODES: tl.constexpr,
-    GATES: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr,
-    LATER_STEPS: tl.constexpr,
+    d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr,
+    sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr,
+    d_prev_sentence_cells_ptr, hidden_idx, seq, hidden, cells_part, WINDOW: tl.constexpr, NODES: tl.constexpr,
+    CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr,
     BLOCK_S: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-):
-    """Gradients of Eq. 2 for all positions of one sentence and a block of hidden units (a loop over position
+):  # fmt: skip
+    """Gradients of Eq. 2 for all positions of the sentence at `hidden_idx` `(BLOCK_H,)` (a loop over position
     blocks): the window blocks of `d_product` (of `W_d h_j`, at the rows they were read from), `d_input_terms` (of
-    `U x_i + b`, added to the later steps' with `LATER_STEPS`), `d_prev_cells` (of `c^{t-1}`), and the sums over positions: the `V γ`
-    block of `d_sentence_terms` and `d_prev_sentence_cells` (of `c_g^{t-1}`, through the words)."""
-    hidden_idx = hidden_block * BLOCK_H + tl.arange(0, BLOCK_H)
+    `U x_i + b`, added to the later steps' with `LATER_STEPS`), `d_prev_cells` (of `c^{t-1}`), and the sums over
+    positions: the `V γ` block of `d_sentence_terms` and `d_prev_sentence_cells` (of `c_g^{t-1}`, through the
+    words)."""
     normalized = 2 * WINDOW + NODES + 2
     gate = tl.arange(0, GATES)[None, :, None]
     column = hidden_idx[None, :]
     in_hidden = column < hidden
-    gate_sums = tl.zeros([GATES, BLOCK_H], dtype=tl.float32)  # Σ_i ∂L/∂pre of the normalised gates
-    output_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
-    content_sum = tl.zeros([BLOCK_H], dtype=tl.float32)
-    value_sums = tl.zeros([GATES, BLOCK_H], dtype=tl.float32)  # Σ_i ∂L/∂value of every gate (c_{g,k} for s_k)
+    gate_sums = tl.zeros([GATES, hidden_idx.shape[0]], dtype=tl.float32)  # Σ_i ∂L/∂pre of the normalised gates
+    output_sum = tl.zeros(hidden_idx.shape, dtype=tl.float32)
+    content_sum = tl.zeros(hidden_idx.shape, dtype=tl.float32)
+    value_sums = tl.zeros([GATES, hidden_idx.shape[0]], dtype=tl.float32)  # Σ_i ∂L/∂value of every gate
     start = 0
     while start < seq:
         positions = start + tl.arange(0, BLOCK_S)
         scores, gates, values, cell, output_gate, content = _word_node(
-            product_ptr,
-            input_terms_ptr,
-            sentence_terms_ptr,
-            cells_ptr,
-            sentence_cells_ptr,
-            b,
-            positions,
-            hidden_idx,
-            seq,
-            hidden,
-            product_width,
-            sentence_width,
-            WINDOW,
-            NODES,
-            GATES,
-            SIGMOID_SCORES,
-        )
+            product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, positions, hidden_idx,
+            seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+        )  # fmt: skip
         d_cell, d_state, squashed = _cell_gradient(
-            d_states_ptr,
-            d_output_states_ptr,
-            d_cells_ptr,
-            d_cells_via_sentences_ptr,
-            mask_ptr,
-            b,
-            positions,
-            hidden_idx,
-            seq,
-            hidden,
-            cell,
-            output_gate,
-        )
+            d_states_ptr, d_output_states_ptr, d_cells_ptr, mask_ptr, positions, hidden_idx, seq, hidden, cells_part,
+            cell, output_gate, NODES,
+        )  # fmt: skip
         # Softmax backward with Σ_k gate_k value_k = cell: ∂L/∂score_k = gate_k ∂L/∂c (value_k - c).
         d_scores = gates * d_cell[:, None, :] * (values - cell[:, None, :])
         if SIGMOID_SCORES:
             d_scores = d_scores * scores * (1.0 - scores)
         d_output = d_state * squashed * output_gate * (1.0 - output_gate)
-        content_gate = tl.sum(tl.where(gate == normalized - 1, gates, 0.0), axis=1)
-        d_content = d_cell * content_gate * (1.0 - content * content)
+        d_content = d_cell * _slot(gates, normalized - 1, GATES) * (1.0 - content * content)
 
         position = positions[:, None]
         in_seq = (position < seq) & in_hidden  # (BLOCK_S, BLOCK_H)
         gate_mask = in_seq[:, None, :] & (gate < normalized)
         _store_word_gradient(
-            d_product_ptr,
-            d_input_terms_ptr,
-            d_scores,
-            b,
-            position[:, :, None],
-            gate * hidden + column[:, None, :],
-            gate_mask,
-            seq,
-            hidden,
-            product_width,
-            WINDOW,
-            NODES,
-            LATER_STEPS,
-        )
+            d_product_ptr, d_input_terms_ptr, d_scores, position[:, :, None], gate * hidden + column[:, None, :],
+            gate_mask, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
+        )  # fmt: skip
         _store_word_gradient(
-            d_product_ptr,
-            d_input_terms_ptr,
-            d_output,
-            b,
-            position,
-            normalized * hidden + column,
-            in_seq,
-            seq,
-            hidden,
-            product_width,
-            WINDOW,
-            NODES,
-            LATER_STEPS,
-        )
+            d_product_ptr, d_input_terms_ptr, d_output, position, normalized * hidden + column, in_seq, seq, hidden,
+            WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
+        )  # fmt: skip
         _store_word_gradient(
-            d_product_ptr,
-            d_input_terms_ptr,
-            d_content,
-            b,
-            position,
-            (normalized + 1) * hidden + column,
-            in_seq,
-            seq,
-            hidden,
-            product_width,
-            WINDOW,
-            NODES,
-            LATER_STEPS,
-        )
+            d_product_ptr, d_input_terms_ptr, d_content, position, (normalized + 1) * hidden + column, in_seq, seq,
+            hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
+        )  # fmt: skip
         gate_sums += tl.sum(tl.where(gate_mask, d_scores, 0.0), axis=0)
         output_sum += tl.sum(d_output, axis=0)
         content_sum += tl.sum(d_content, axis=0)
         value_sums += tl.sum(gates * d_cell[:, None, :], axis=0)
 
-        # c_j^{t-1} is the value of slot w - e of word j + e, for e = -w … w.
-        d_prev = d_cell * tl.sum(tl.where(gate == WINDOW, gates, 0.0), axis=1)
-        for offset in tl.static_range(1, WINDOW + 1):
-            d_prev += _neighbour_cell_gradient(
-                d_states_ptr,
-                d_output_states_ptr,
-                d_cells_ptr,
-                d_cells_via_sentences_ptr,
-                product_ptr,
-                input_terms_ptr,
-                sentence_terms_ptr,
-                cells_ptr,
-                sentence_cells_ptr,
-                mask_ptr,
-                b,
-                positions + offset,
-                hidden_idx,
-                seq,
-                hidden,
-                product_width,
-                sentence_width,
-                WINDOW - offset,
-                WINDOW,
-                NODES,
-                GATES,
-                SIGMOID_SCORES,
-            )
-            d_prev += _neighbour_cell_gradient(
-                d_states_ptr,
-                d_output_states_ptr,
-                d_cells_ptr,
-                d_cells_via_sentences_ptr,
-                product_ptr,
-                input_terms_ptr,
-                sentence_terms_ptr,
-                cells_ptr,
-                sentence_cells_ptr,
-                mask_ptr,
-                b,
-                positions - offset,
-                hidden_idx,
-                seq,
-                hidden,
-                product_width,
-                sentence_width,
-                WINDOW + offset,
-                WINDOW,
-                NODES,
-                GATES,
-                SIGMOID_SCORES,
-            )
-        cell_offsets = (b * seq + position) * hidden + column
-        tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_seq)
+        # c_j^{t-1} is the value of window slot `slot` of word j + w - slot: ∂L/∂c_j^{t-1} sums that word's
+        # ∂L/∂c^t times its gate, for every slot (the word's own, slot w, from above; its neighbours' recomputed).
+        d_prev = d_cell * _slot(gates, WINDOW, GATES)
+        for slot in tl.static_range(2 * WINDOW + 1):
+            if slot != WINDOW:
+                readers = positions + WINDOW - slot
+                _, reader_gates, _, reader_cell, reader_output_gate, _ = _word_node(
+                    product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, readers,
+                    hidden_idx, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+                )  # fmt: skip
+                d_reader_cell, _, _ = _cell_gradient(
+                    d_states_ptr, d_output_states_ptr, d_cells_ptr, mask_ptr, readers, hidden_idx, seq, hidden,
+                    cells_part, reader_cell, reader_output_gate, NODES,
+                )  # fmt: skip
+                d_prev += d_reader_cell * _slot(reader_gates, slot, GATES)
+        tl.store(d_prev_cells_ptr + position * hidden + column, d_prev.to(d_prev_cells_ptr.dtype.element_ty),
+                 mask=in_seq)  # fmt: skip
         start += BLOCK_S
 
     if NODES > 0:
         slot = tl.arange(0, GATES)[:, None]
-        sentence_row = b * sentence_width
         dtype = d_sentence_terms_ptr.dtype.element_ty
-        tl.store(
-            d_sentence_terms_ptr + sentence_row + slot * hidden + column,
-            gate_sums.to(dtype),
-            mask=(slot < normalized) & in_hidden,
-        )
-        output_offsets = sentence_row + normalized * hidden + hidden_idx
+        gate_offsets = slot * hidden + column  # the V γ block of the sentence terms, gate by gate
+        tl.store(d_sentence_terms_ptr + gate_offsets, gate_sums.to(dtype), mask=(slot < normalized) & in_hidden)
+        output_offsets = normalized * hidden + hidden_idx
         tl.store(d_sentence_terms_ptr + output_offsets, output_sum.to(dtype), mask=hidden_idx < hidden)
         tl.store(d_sentence_terms_ptr + output_offsets + hidden, content_sum.to(dtype), mask=hidden_idx < hidden)
         node = slot - (2 * WINDOW + 1)
         tl.store(
-            d_prev_sentence_cells_ptr + (b * NODES + node) * hidden + column,
+            d_prev_sentence_cells_ptr + node * hidden + column,
             value_sums.to(d_prev_sentence_cells_ptr.dtype.element_ty),
             mask=(node >= 0) & (node < NODES) & in_hidden,
         )
 
 
 @triton.jit
-def _node_tile(b, hidden_idx, hidden, NODES: tl.constexpr, NODES_P: tl.constexpr):
+def _node_tile(hidden_idx, hidden, NODES: tl.constexpr, NODES_P: tl.constexpr):
     """The `(NODES_P, BLOCK_H)` tile of sentence nodes and hidden units: `(node, column, valid, offsets)`, the
-    offsets into `(batch, nodes, hidden)` tensors."""
+    offsets into a sentence's `(nodes, hidden)` rows."""
     node = tl.arange(0, NODES_P)[:, None]
     column = hidden_idx[None, :]
     valid = (node < NODES) & (column < hidden)
-    return node, column, valid, (b * NODES + node) * hidden + column
+    return node, column, valid, node * hidden + column
 
 
 @triton.jit
 def _position_scores(
-    product_ptr,
-    forget_terms,
-    mask_ptr,
-    b,
-    positions,
-    node,
-    column,
-    seq,
-    hidden,
-    product_width,
-    forget_column,
-    NODES: tl.constexpr,
+    forget_ptr, product_width, forget_terms, mask_ptr, positions, node, column, seq, hidden, NODES: tl.constexpr,
     SIGMOID_SCORES: tl.constexpr,
-):
+):  # fmt: skip
     """Eq. 3's forget-gate scores at `positions` `(BLOCK_S,)`, `(BLOCK_S, NODES_P, BLOCK_H)`: of
-    `W_f γ + U_f h_j + b_f` (`U_f h_j` from the product rows, `forget_terms` `(NODES_P, BLOCK_H)` holds
-    `W_f γ + b_f`), then the same with `-inf` at padding (weight exactly zero), and where the position is real:
-    `(scores, masked_scores, real)`."""
+    `W_f γ + U_f h_j + b_f` (`U_f h_j` from the product rows, whose `U_f h` block `forget_ptr` points to in row 0;
+    `forget_terms` `(NODES_P, BLOCK_H)` holds `W_f γ + b_f`), then the same with `-inf` at padding (weight exactly
+    zero), and where the position is real: `(scores, masked_scores, real)`."""
     position = positions[:, None, None]
-    real = (tl.load(mask_ptr + b * seq + positions, mask=positions < seq, other=0.0) != 0)[:, None, None]
+    real = (tl.load(mask_ptr + positions, mask=positions < seq, other=0.0) != 0)[:, None, None]
     valid = (position < seq) & (node[None, :, :] < NODES) & (column[None, :, :] < hidden)
-    offsets = (b * seq + position) * product_width + forget_column + node[None, :, :] * hidden + column[None, :, :]
-    scores = tl.load(product_ptr + offsets, mask=valid, other=0.0).to(tl.float32) + forget_terms[None, :, :]
+    offsets = position * product_width + node[None, :, :] * hidden + column[None, :, :]
+    scores = tl.load(forget_ptr + offsets, mask=valid, other=0.0).to(tl.float32) + forget_terms[None, :, :]
     if SIGMOID_SCORES:
         scores = tl.sigmoid(scores)
     return scores, tl.where(real & valid, scores, float("-inf")), real & valid
 
 
 @triton.jit
-def _word_cells(cells_ptr, b, positions, hidden_idx, seq, hidden):
+def _word_cells(cells_ptr, positions, hidden_idx, seq, hidden):
     """`c_j^{t-1}` at `positions` `(BLOCK_S,)`, float32 `(BLOCK_S, BLOCK_H)`."""
     in_row = (positions[:, None] < seq) & (hidden_idx[None, :] < hidden)
-    offsets = (b * seq + positions[:, None]) * hidden + hidden_idx[None, :]
+    offsets = positions[:, None] * hidden + hidden_idx[None, :]
     return tl.load(cells_ptr + offsets, mask=in_row, other=0.0).to(tl.float32)
 
 
 @triton.jit
-def _sentence_terms(
-    sentence_terms_ptr, b, node, column, valid, hidden, sentence_width, sentence_column, NODES: tl.constexpr
-):
-    """The terms of Eq. 3 on `γ^{t-1}`, float32 on a `_node_tile`: `W_f γ + b_f`, `W_g γ + b_g` (keep gate) and
-    `W_o γ + b_o` (output gate)."""
-    offsets = b * sentence_width + sentence_column + node * hidden + column
-    forget = tl.load(sentence_terms_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
-    keep = tl.load(sentence_terms_ptr + offsets + NODES * hidden, mask=valid, other=0.0).to(tl.float32)
-    output = tl.load(sentence_terms_ptr + offsets + 2 * NODES * hidden, mask=valid, other=0.0).to(tl.float32)
+def _sentence_terms(gate_terms_ptr, node_offsets, valid, hidden, NODES: tl.constexpr):
+    """The terms of Eq. 3 on `γ^{t-1}`, float32 on a `_node_tile`, from `gate_terms_ptr` (the sentence terms' Eq. 3
+    columns): `W_f γ + b_f`, `W_g γ + b_g` (keep gate) and `W_o γ + b_o` (output gate)."""
+    forget = tl.load(gate_terms_ptr + node_offsets, mask=valid, other=0.0).to(tl.float32)
+    keep = tl.load(gate_terms_ptr + NODES * hidden + node_offsets, mask=valid, other=0.0).to(tl.float32)
+    output = tl.load(gate_terms_ptr + 2 * NODES * hidden + node_offsets, mask=valid, other=0.0).to(tl.float32)
     return forget, keep, output
 
 
 @triton.jit
 def _sentence_update_forward(
-    product_ptr,
-    sentence_terms_ptr,
-    cells_ptr,
-    sentence_cells_ptr,
-    mask_ptr,
-    lengths_ptr,
-    new_states_ptr,
-    new_cells_ptr,
-    statistics_ptr,
-    b,
-    hidden_block,
-    seq,
-    hidden,
-    product_width,
-    forget_column,
-    sentence_width,
-    sentence_column,
-    NODES: tl.constexpr,
-    NODES_P: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-):
-    """Eq. 3 for all sentence nodes of one sentence and a block of hidden units: `g^t`, `c_g^t`, and (float32, for
-    the backward) the statistics `(cell, log of the softmax's normaliser, keep score, output gate)`.
+    forget_ptr, product_width, gate_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr, new_states_ptr,
+    new_cells_ptr, statistics_ptr, hidden_idx, seq, hidden, NODES: tl.constexpr, NODES_P: tl.constexpr,
+    SIGMOID_SCORES: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """Eq. 3 for all sentence nodes at `hidden_idx` `(BLOCK_H,)`: `g^t`, `c_g^t`, and (float32, for the backward) the
+    statistics `(cell, log of the softmax's normaliser, keep score, output gate)`. `forget_ptr` points to the
+    product's `U_f h` block (row 0), `gate_terms_ptr` to the sentence terms' `W_f γ + b_f` block.
 
     One pass over the positions: the softmax over them (rescaled as the running maximum grows), and the sums of
     `U_g h_j` and `U_o h_j` from the product rows, which divided by the sentence's length are `U_g h̄`, `U_o h̄`; the
     node's own cell, whose keep score needs `h̄`, joins the softmax last."""
-    hidden_idx = hidden_block * BLOCK_H + tl.arange(0, BLOCK_H)
-    node, column, valid, node_offsets = _node_tile(b, hidden_idx, hidden, NODES, NODES_P)
-    forget_terms, keep_pre, output_pre = _sentence_terms(
-        sentence_terms_ptr, b, node, column, valid, hidden, sentence_width, sentence_column, NODES
-    )
-    largest = tl.full([NODES_P, BLOCK_H], -1.0e30, dtype=tl.float32)  # finite: a block of padding rescales by 1
-    normalizer = tl.zeros([NODES_P, BLOCK_H], dtype=tl.float32)
-    weighted = tl.zeros([NODES_P, BLOCK_H], dtype=tl.float32)
-    keep_sum = tl.zeros([NODES_P, BLOCK_H], dtype=tl.float32)  # Σ_j U_g h_j
-    output_sum = tl.zeros([NODES_P, BLOCK_H], dtype=tl.float32)  # Σ_j U_o h_j
+    node, column, valid, node_offsets = _node_tile(hidden_idx, hidden, NODES, NODES_P)
+    forget_terms, keep_pre, output_pre = _sentence_terms(gate_terms_ptr, node_offsets, valid, hidden, NODES)
+    largest = tl.full(
+        [NODES_P, hidden_idx.shape[0]], -1.0e30, dtype=tl.float32
+    )  # finite: a padding block rescales by 1
+    normalizer = tl.zeros([NODES_P, hidden_idx.shape[0]], dtype=tl.float32)
+    weighted = tl.zeros([NODES_P, hidden_idx.shape[0]], dtype=tl.float32)
+    keep_sum = tl.zeros([NODES_P, hidden_idx.shape[0]], dtype=tl.float32)  # Σ_j U_g h_j
+    output_sum = tl.zeros([NODES_P, hidden_idx.shape[0]], dtype=tl.float32)  # Σ_j U_o h_j
     start = 0
     while start < seq:
         positions = start + tl.arange(0, BLOCK_S)
         _, scores, real = _position_scores(
-            product_ptr,
-            forget_terms,
-            mask_ptr,
-            b,
-            positions,
-            node,
-            column,
-            seq,
-            hidden,
-            product_width,
-            forget_column,
-            NODES,
+            forget_ptr, product_width, forget_terms, mask_ptr, positions, node, column, seq, hidden, NODES,
             SIGMOID_SCORES,
-        )
+        )  # fmt: skip
         new_largest = tl.maximum(largest, tl.max(scores, axis=0))
         rescale = tl.exp(largest - new_largest)
         exps = tl.exp(scores - new_largest[None, :, :])
-        word_cells = _word_cells(cells_ptr, b, positions, hidden_idx, seq, hidden)
+        word_cells = _word_cells(cells_ptr, positions, hidden_idx, seq, hidden)
         normalizer = normalizer * rescale + tl.sum(exps, axis=0)
         weighted = weighted * rescale + tl.sum(exps * word_cells[:, None, :], axis=0)
         largest = new_largest
-        mean_offsets = (b * seq + positions[:, None, None]) * product_width + forget_column + column[None, :, :]
-        mean_offsets += (NODES + node[None, :, :]) * hidden
-        keep_sum += tl.sum(tl.load(product_ptr + mean_offsets, mask=real, other=0.0).to(tl.float32), axis=0)
-        output_terms = tl.load(product_ptr + mean_offsets + NODES * hidden, mask=real, other=0.0)
+        keep_offsets = positions[:, None, None] * product_width + NODES * hidden + node_offsets[None, :, :]
+        keep_sum += tl.sum(tl.load(forget_ptr + keep_offsets, mask=real, other=0.0).to(tl.float32), axis=0)
+        output_terms = tl.load(forget_ptr + keep_offsets + NODES * hidden, mask=real, other=0.0)
         output_sum += tl.sum(output_terms.to(tl.float32), axis=0)
         start += BLOCK_S
-    length = tl.load(lengths_ptr + b)
+    length = tl.load(lengths_ptr)
     keep_score = keep_pre + keep_sum / length  # W_g γ + U_g h̄ + b_g
     if SIGMOID_SCORES:
         keep_score = tl.sigmoid(keep_score)
@@ -737,329 +401,194 @@ def _sentence_update_forward(
     state = output_gate * _tanh(cell)
     tl.store(new_cells_ptr + node_offsets, cell.to(new_cells_ptr.dtype.element_ty), mask=valid)
     tl.store(new_states_ptr + node_offsets, state.to(new_states_ptr.dtype.element_ty), mask=valid)
-    statistics_offsets = (b * 4 * NODES + node) * hidden + column
-    tl.store(statistics_ptr + statistics_offsets, cell, mask=valid)
-    tl.store(statistics_ptr + statistics_offsets + NODES * hidden, new_largest + tl.log(normalizer), mask=valid)
-    tl.store(statistics_ptr + statistics_offsets + 2 * NODES * hidden, keep_score, mask=valid)
-    tl.store(statistics_ptr + statistics_offsets + 3 * NODES * hidden, output_gate, mask=valid)
+    statistic = NODES * hidden  # the statistics' columns: (cell, log normaliser, keep score, output gate) blocks
+    tl.store(statistics_ptr + node_offsets, cell, mask=valid)
+    tl.store(statistics_ptr + statistic + node_offsets, new_largest + tl.log(normalizer), mask=valid)
+    tl.store(statistics_ptr + 2 * statistic + node_offsets, keep_score, mask=valid)
+    tl.store(statistics_ptr + 3 * statistic + node_offsets, output_gate, mask=valid)
 
 
 @triton.jit
 def _sentence_update_backward(
-    d_states_ptr,
-    d_cells_ptr,
-    d_cells_via_words_ptr,
-    product_ptr,
-    sentence_terms_ptr,
-    cells_ptr,
-    sentence_cells_ptr,
-    mask_ptr,
-    lengths_ptr,
-    statistics_ptr,
-    d_product_ptr,
-    d_sentence_terms_ptr,
-    d_prev_cells_ptr,
-    d_prev_sentence_cells_ptr,
-    b,
-    hidden_block,
-    seq,
-    hidden,
-    product_width,
-    forget_column,
-    sentence_width,
-    sentence_column,
-    NODES: tl.constexpr,
-    NODES_P: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    BLOCK_H: tl.constexpr,
-):
-    """Gradients of Eq. 3 for sentence `b` and a block of hidden units (a loop over position blocks), from those of
-    `g^t` and `c_g^t` (none after the last step; through the next step's sentence nodes, and its words where
-    `d_cells_via_words_ptr` is given): the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks of `d_product` (the last two `1/n`
-    of the keep and output gates' at real positions), the `W_f γ + b_f`, keep and output blocks of
-    `d_sentence_terms`, and `d_prev_cells` (of `c^{t-1}`) and `d_prev_sentence_cells` (of `c_g^{t-1}`), both
-    through the sentence nodes."""
-    hidden_idx = hidden_block * BLOCK_H + tl.arange(0, BLOCK_H)
-    node, column, valid, node_offsets = _node_tile(b, hidden_idx, hidden, NODES, NODES_P)
-    forget_terms, _, _ = _sentence_terms(
-        sentence_terms_ptr, b, node, column, valid, hidden, sentence_width, sentence_column, NODES
-    )
-    statistics_offsets = (b * 4 * NODES + node) * hidden + column
-    cell = tl.load(statistics_ptr + statistics_offsets, mask=valid, other=0.0)
-    log_normalizer = tl.load(statistics_ptr + statistics_offsets + NODES * hidden, mask=valid, other=0.0)
-    keep_score = tl.load(statistics_ptr + statistics_offsets + 2 * NODES * hidden, mask=valid, other=0.0)
-    output_gate = tl.load(statistics_ptr + statistics_offsets + 3 * NODES * hidden, mask=valid, other=0.0)
+    d_states_ptr, d_cells_ptr, forget_ptr, product_width, gate_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr,
+    lengths_ptr, statistics_ptr, d_forget_ptr, d_gate_terms_ptr, d_prev_cells_ptr, d_prev_sentence_cells_ptr,
+    hidden_idx, seq, hidden, sentence_cells_part, NODES: tl.constexpr, NODES_P: tl.constexpr,
+    SIGMOID_SCORES: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    """Gradients of Eq. 3 for all sentence nodes at `hidden_idx` `(BLOCK_H,)` (a loop over position blocks), from
+    those of `g^t` and `c_g^t` (none after the last step; its parts through the next step's words and, at
+    `sentence_cells_part`, its sentence nodes): the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks of `d_product` (from
+    `d_forget_ptr`; the last two `1/n` of the keep and output gates' at real positions), the `W_f γ + b_f`, keep and
+    output blocks of `d_sentence_terms` (from `d_gate_terms_ptr`), and `d_prev_cells` (of `c^{t-1}`) and
+    `d_prev_sentence_cells` (of `c_g^{t-1}`), both through the sentence nodes."""
+    node, column, valid, node_offsets = _node_tile(hidden_idx, hidden, NODES, NODES_P)
+    forget_terms, _, _ = _sentence_terms(gate_terms_ptr, node_offsets, valid, hidden, NODES)
+    statistic = NODES * hidden
+    cell = tl.load(statistics_ptr + node_offsets, mask=valid, other=0.0)
+    log_normalizer = tl.load(statistics_ptr + statistic + node_offsets, mask=valid, other=0.0)
+    keep_score = tl.load(statistics_ptr + 2 * statistic + node_offsets, mask=valid, other=0.0)
+    output_gate = tl.load(statistics_ptr + 3 * statistic + node_offsets, mask=valid, other=0.0)
     d_state = tl.load(d_states_ptr + node_offsets, mask=valid, other=0.0).to(tl.float32)
     squashed = _tanh(cell)
     d_cell = d_state * output_gate * (1.0 - squashed * squashed)
     if d_cells_ptr is not None:
         d_cell += tl.load(d_cells_ptr + node_offsets, mask=valid, other=0.0).to(tl.float32)
-    if d_cells_via_words_ptr is not None:
-        d_cell += tl.load(d_cells_via_words_ptr + node_offsets, mask=valid, other=0.0).to(tl.float32)
+        d_cell += tl.load(d_cells_ptr + sentence_cells_part + node_offsets, mask=valid, other=0.0).to(tl.float32)
     keep_weight = tl.exp(keep_score - log_normalizer)  # f_{g,k}
     previous_cell = tl.load(sentence_cells_ptr + node_offsets, mask=valid, other=0.0).to(tl.float32)
     d_keep = keep_weight * d_cell * (previous_cell - cell)
     if SIGMOID_SCORES:
         d_keep = d_keep * keep_score * (1.0 - keep_score)
     d_output = d_state * squashed * output_gate * (1.0 - output_gate)
-    length = tl.load(lengths_ptr + b)
+    length = tl.load(lengths_ptr)
 
-    forget_sums = tl.zeros([NODES_P, BLOCK_H], dtype=tl.float32)
-    dtype = d_product_ptr.dtype.element_ty
+    forget_sums = tl.zeros([NODES_P, hidden_idx.shape[0]], dtype=tl.float32)
+    dtype = d_forget_ptr.dtype.element_ty
     start = 0
     while start < seq:
         positions = start + tl.arange(0, BLOCK_S)
         scores, masked_scores, real = _position_scores(
-            product_ptr,
-            forget_terms,
-            mask_ptr,
-            b,
-            positions,
-            node,
-            column,
-            seq,
-            hidden,
-            product_width,
-            forget_column,
-            NODES,
+            forget_ptr, product_width, forget_terms, mask_ptr, positions, node, column, seq, hidden, NODES,
             SIGMOID_SCORES,
-        )
+        )  # fmt: skip
         weights = tl.exp(masked_scores - log_normalizer[None, :, :])  # f_{j,k}, zero at padding
-        word_cells = _word_cells(cells_ptr, b, positions, hidden_idx, seq, hidden)
+        word_cells = _word_cells(cells_ptr, positions, hidden_idx, seq, hidden)
         # Softmax backward with Σ_j f_j c_j + f_g c_g = c_g^t: ∂L/∂score_j = f_j ∂L/∂c_g^t (c_j - c_g^t).
         d_scores = weights * d_cell[None, :, :] * (word_cells[:, None, :] - cell[None, :, :])
         if SIGMOID_SCORES:
             d_scores = d_scores * scores * (1.0 - scores)
         in_seq = (positions[:, None, None] < seq) & valid[None, :, :]
-        offsets = (b * seq + positions[:, None, None]) * product_width + forget_column
-        offsets += node[None, :, :] * hidden + column[None, :, :]
-        tl.store(d_product_ptr + offsets, d_scores.to(dtype), mask=in_seq)
+        offsets = positions[:, None, None] * product_width + node_offsets[None, :, :]
+        tl.store(d_forget_ptr + offsets, d_scores.to(dtype), mask=in_seq)
         # h̄ = Σ_j h_j / n over the real positions j: U_g h_j and U_o h_j each receive 1/n of the gate's gradient.
         d_keep_share = tl.where(real, d_keep[None, :, :] / length, 0.0)
         d_output_share = tl.where(real, d_output[None, :, :] / length, 0.0)
-        tl.store(d_product_ptr + offsets + NODES * hidden, d_keep_share.to(dtype), mask=in_seq)
-        tl.store(d_product_ptr + offsets + 2 * NODES * hidden, d_output_share.to(dtype), mask=in_seq)
+        tl.store(d_forget_ptr + offsets + NODES * hidden, d_keep_share.to(dtype), mask=in_seq)
+        tl.store(d_forget_ptr + offsets + 2 * NODES * hidden, d_output_share.to(dtype), mask=in_seq)
         forget_sums += tl.sum(tl.where(in_seq, d_scores, 0.0), axis=0)
         d_prev = tl.sum(weights * d_cell[None, :, :], axis=1)  # (BLOCK_S, BLOCK_H): Σ_k f_{j,k} ∂L/∂c_{g,k}^t
         in_row = (positions[:, None] < seq) & (column < hidden)
-        cell_offsets = (b * seq + positions[:, None]) * hidden + column
+        cell_offsets = positions[:, None] * hidden + column
         tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_row)
         start += BLOCK_S
 
-    gate_offsets = b * sentence_width + sentence_column + node * hidden + column
-    dtype = d_sentence_terms_ptr.dtype.element_ty
-    tl.store(d_sentence_terms_ptr + gate_offsets, forget_sums.to(dtype), mask=valid)
-    tl.store(d_sentence_terms_ptr + gate_offsets + NODES * hidden, d_keep.to(dtype), mask=valid)
-    tl.store(d_sentence_terms_ptr + gate_offsets + 2 * NODES * hidden, d_output.to(dtype), mask=valid)
-    d_sentence_cells = d_cell * keep_weight
+    dtype = d_gate_terms_ptr.dtype.element_ty
+    tl.store(d_gate_terms_ptr + node_offsets, forget_sums.to(dtype), mask=valid)
+    tl.store(d_gate_terms_ptr + NODES * hidden + node_offsets, d_keep.to(dtype), mask=valid)
+    tl.store(d_gate_terms_ptr + 2 * NODES * hidden + node_offsets, d_output.to(dtype), mask=valid)
     dtype = d_prev_sentence_cells_ptr.dtype.element_ty
-    tl.store(d_prev_sentence_cells_ptr + node_offsets, d_sentence_cells.to(dtype), mask=valid)
+    tl.store(d_prev_sentence_cells_ptr + node_offsets, (d_cell * keep_weight).to(dtype), mask=valid)
 
 
 @triton.jit
 def step_forward_kernel(
-    product_ptr,
-    input_terms_ptr,
-    sentence_terms_ptr,
-    cells_ptr,
-    sentence_cells_ptr,
-    mask_ptr,
-    lengths_ptr,
-    new_states_ptr,
-    new_cells_ptr,
-    new_sentence_states_ptr,
-    new_sentence_cells_ptr,
-    statistics_ptr,
-    seq,
-    hidden,
-    product_width,
-    sentence_width,
-    forget_column,
-    sentence_column,
-    WINDOW: tl.constexpr,
-    NODES: tl.constexpr,
-    NODES_P: tl.constexpr,
-    GATES: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr,
-    WORD_BLOCK_S: tl.constexpr,
-    WORD_BLOCK_H: tl.constexpr,
-    SENTENCE_BLOCK_S: tl.constexpr,
-    SENTENCE_BLOCK_H: tl.constexpr,
-):
+    product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr,
+    new_states_ptr, new_cells_ptr, new_sentence_states_ptr, new_sentence_cells_ptr, statistics_ptr, seq, hidden,
+    WINDOW: tl.constexpr, NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
+    GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, WORD_BLOCK_S: tl.constexpr, WORD_BLOCK_H: tl.constexpr,
+    SENTENCE_BLOCK_S: tl.constexpr, SENTENCE_BLOCK_H: tl.constexpr,
+):  # fmt: skip
     """One step, Eq. 2 and Eq. 3 side by side in one launch (both read step `t-1` values only): program `(b, p)`
     updates a block of positions and hidden units of sentence `b`'s words while `p` counts word tiles, and a block of
     hidden units of its sentence nodes after them."""
     b = tl.program_id(0).to(tl.int64)
     program = tl.program_id(1)
+    product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
+    # Sentence b's rows of every tensor.
+    product_ptr += b * seq * product_width
+    input_terms_ptr += b * seq * CONTEXT_BLOCKS * hidden
+    cells_ptr += b * seq * hidden
+    mask_ptr += b * seq
+    new_states_ptr += b * seq * hidden
+    new_cells_ptr += b * seq * hidden
+    if NODES > 0:
+        sentence_terms_ptr += b * (CONTEXT_BLOCKS + 3 * NODES) * hidden
+        sentence_cells_ptr += b * NODES * hidden
+        new_sentence_states_ptr += b * NODES * hidden
+        new_sentence_cells_ptr += b * NODES * hidden
+        statistics_ptr += b * 4 * NODES * hidden
     word_hidden_blocks = tl.cdiv(hidden, WORD_BLOCK_H)
     word_programs = tl.cdiv(seq, WORD_BLOCK_S) * word_hidden_blocks
     if program < word_programs:
+        positions = (program // word_hidden_blocks) * WORD_BLOCK_S + tl.arange(0, WORD_BLOCK_S)
+        hidden_idx = (program % word_hidden_blocks) * WORD_BLOCK_H + tl.arange(0, WORD_BLOCK_H)
         _word_update_forward(
-            product_ptr=product_ptr,
-            input_terms_ptr=input_terms_ptr,
-            sentence_terms_ptr=sentence_terms_ptr,
-            cells_ptr=cells_ptr,
-            sentence_cells_ptr=sentence_cells_ptr,
-            mask_ptr=mask_ptr,
-            new_states_ptr=new_states_ptr,
-            new_cells_ptr=new_cells_ptr,
-            b=b,
-            position_block=program // word_hidden_blocks,
-            hidden_block=program % word_hidden_blocks,
-            seq=seq,
-            hidden=hidden,
-            product_width=product_width,
-            sentence_width=sentence_width,
-            WINDOW=WINDOW,
-            NODES=NODES,
-            GATES=GATES,
-            SIGMOID_SCORES=SIGMOID_SCORES,
-            BLOCK_S=WORD_BLOCK_S,
-            BLOCK_H=WORD_BLOCK_H,
-        )
+            product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, new_states_ptr,
+            new_cells_ptr, positions, hidden_idx, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+        )  # fmt: skip
     elif NODES > 0:
+        hidden_idx = (program - word_programs) * SENTENCE_BLOCK_H + tl.arange(0, SENTENCE_BLOCK_H)
         _sentence_update_forward(
-            product_ptr=product_ptr,
-            sentence_terms_ptr=sentence_terms_ptr,
-            cells_ptr=cells_ptr,
-            sentence_cells_ptr=sentence_cells_ptr,
-            mask_ptr=mask_ptr,
-            lengths_ptr=lengths_ptr,
-            new_states_ptr=new_sentence_states_ptr,
-            new_cells_ptr=new_sentence_cells_ptr,
-            statistics_ptr=statistics_ptr,
-            b=b,
-            hidden_block=program - word_programs,
-            seq=seq,
-            hidden=hidden,
-            product_width=product_width,
-            forget_column=forget_column,
-            sentence_width=sentence_width,
-            sentence_column=sentence_column,
-            NODES=NODES,
-            NODES_P=NODES_P,
-            SIGMOID_SCORES=SIGMOID_SCORES,
-            BLOCK_S=SENTENCE_BLOCK_S,
-            BLOCK_H=SENTENCE_BLOCK_H,
-        )
+            product_ptr + (2 * WINDOW + 1) * CONTEXT_BLOCKS * hidden, product_width,
+            sentence_terms_ptr + CONTEXT_BLOCKS * hidden, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr + b,
+            new_sentence_states_ptr, new_sentence_cells_ptr, statistics_ptr, hidden_idx, seq, hidden, NODES, NODES_P,
+            SIGMOID_SCORES, SENTENCE_BLOCK_S,
+        )  # fmt: skip
 
 
 @triton.jit
 def step_backward_kernel(
-    d_states_ptr,
-    d_output_states_ptr,
-    d_cells_ptr,
-    d_cells_via_sentences_ptr,
-    d_sentence_states_ptr,
-    d_sentence_cells_ptr,
-    d_sentence_cells_via_words_ptr,
-    product_ptr,
-    input_terms_ptr,
-    sentence_terms_ptr,
-    cells_ptr,
-    sentence_cells_ptr,
-    mask_ptr,
-    lengths_ptr,
-    statistics_ptr,
-    d_product_ptr,
-    d_input_terms_ptr,
-    d_sentence_terms_ptr,
-    d_prev_cells_ptr,
-    d_prev_cells_via_sentences_ptr,
-    d_prev_sentence_cells_ptr,
-    d_prev_sentence_cells_via_words_ptr,
-    seq,
-    hidden,
-    product_width,
-    sentence_width,
-    forget_column,
-    sentence_column,
-    WINDOW: tl.constexpr,
-    NODES: tl.constexpr,
-    NODES_P: tl.constexpr,
-    GATES: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr,
-    LATER_STEPS: tl.constexpr,
-    WORD_BLOCK_S: tl.constexpr,
-    WORD_BLOCK_H: tl.constexpr,
-    SENTENCE_BLOCK_S: tl.constexpr,
-    SENTENCE_BLOCK_H: tl.constexpr,
-):
+    d_states_ptr, d_output_states_ptr, d_cells_ptr, d_sentence_states_ptr, d_sentence_cells_ptr, product_ptr,
+    input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr, statistics_ptr,
+    d_product_ptr, d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr, d_prev_sentence_cells_ptr, seq, hidden,
+    WINDOW: tl.constexpr, NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
+    GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr, WORD_BLOCK_S: tl.constexpr,
+    WORD_BLOCK_H: tl.constexpr, SENTENCE_BLOCK_S: tl.constexpr, SENTENCE_BLOCK_H: tl.constexpr,
+):  # fmt: skip
     """The gradients of one step in one launch: program `(b, p)` runs `_word_update_backward` for a block of hidden
     units of sentence `b` while `p` counts word hidden blocks, `_sentence_update_backward` after them. Each writes
-    its own columns of `d_product` and `d_sentence_terms`; the cells' gradients come in two parts, through the words
-    and through the sentence nodes, which the previous step's launch sums as it reads them."""
+    its own columns of `d_product` and `d_sentence_terms`, and its own part of the cells' gradients
+    (`d_prev_cells_ptr`, `d_prev_sentence_cells_ptr`: the word body part 0, the sentence body part 1), which the
+    previous step's launch sums as it reads them (`d_cells_ptr`, `d_sentence_cells_ptr`; absent after the last
+    step)."""
     b = tl.program_id(0).to(tl.int64)
     program = tl.program_id(1)
+    batch = tl.num_programs(0).to(tl.int64)
+    product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
+    cells_part = batch * seq * hidden  # from part 0 to part 1 of a gradient of the word cells
+    sentence_cells_part = batch * NODES * hidden  # and of the sentence cells
+    # Sentence b's rows of every tensor.
+    d_states_ptr += b * seq * hidden
+    if d_output_states_ptr is not None:
+        d_output_states_ptr += b * seq * hidden
+    if d_cells_ptr is not None:
+        d_cells_ptr += b * seq * hidden
+    product_ptr += b * seq * product_width
+    input_terms_ptr += b * seq * CONTEXT_BLOCKS * hidden
+    cells_ptr += b * seq * hidden
+    mask_ptr += b * seq
+    d_product_ptr += b * seq * product_width
+    d_input_terms_ptr += b * seq * CONTEXT_BLOCKS * hidden
+    d_prev_cells_ptr += b * seq * hidden
+    if NODES > 0:
+        d_sentence_states_ptr += b * NODES * hidden
+        if d_sentence_cells_ptr is not None:
+            d_sentence_cells_ptr += b * NODES * hidden
+        sentence_terms_ptr += b * (CONTEXT_BLOCKS + 3 * NODES) * hidden
+        sentence_cells_ptr += b * NODES * hidden
+        statistics_ptr += b * 4 * NODES * hidden
+        d_sentence_terms_ptr += b * (CONTEXT_BLOCKS + 3 * NODES) * hidden
+        d_prev_sentence_cells_ptr += b * NODES * hidden
     word_programs = tl.cdiv(hidden, WORD_BLOCK_H)
     if program < word_programs:
+        hidden_idx = program * WORD_BLOCK_H + tl.arange(0, WORD_BLOCK_H)
         _word_update_backward(
-            d_states_ptr=d_states_ptr,
-            d_output_states_ptr=d_output_states_ptr,
-            d_cells_ptr=d_cells_ptr,
-            d_cells_via_sentences_ptr=d_cells_via_sentences_ptr,
-            product_ptr=product_ptr,
-            input_terms_ptr=input_terms_ptr,
-            sentence_terms_ptr=sentence_terms_ptr,
-            cells_ptr=cells_ptr,
-            sentence_cells_ptr=sentence_cells_ptr,
-            mask_ptr=mask_ptr,
-            d_product_ptr=d_product_ptr,
-            d_input_terms_ptr=d_input_terms_ptr,
-            d_sentence_terms_ptr=d_sentence_terms_ptr,
-            d_prev_cells_ptr=d_prev_cells_ptr,
-            d_prev_sentence_cells_ptr=d_prev_sentence_cells_via_words_ptr,
-            b=b,
-            hidden_block=program,
-            seq=seq,
-            hidden=hidden,
-            product_width=product_width,
-            sentence_width=sentence_width,
-            WINDOW=WINDOW,
-            NODES=NODES,
-            GATES=GATES,
-            SIGMOID_SCORES=SIGMOID_SCORES,
-            LATER_STEPS=LATER_STEPS,
-            BLOCK_S=WORD_BLOCK_S,
-            BLOCK_H=WORD_BLOCK_H,
-        )
+            d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr,
+            cells_ptr, sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, d_sentence_terms_ptr,
+            d_prev_cells_ptr, d_prev_sentence_cells_ptr, hidden_idx, seq, hidden, cells_part, WINDOW, NODES,
+            CONTEXT_BLOCKS, GATES, SIGMOID_SCORES, LATER_STEPS, WORD_BLOCK_S,
+        )  # fmt: skip
     elif NODES > 0:
+        hidden_idx = (program - word_programs) * SENTENCE_BLOCK_H + tl.arange(0, SENTENCE_BLOCK_H)
+        forget_column = (2 * WINDOW + 1) * CONTEXT_BLOCKS * hidden  # where U_f h starts in a product row
+        sentence_column = CONTEXT_BLOCKS * hidden  # where W_f γ + b_f starts in the sentence terms
         _sentence_update_backward(
-            d_states_ptr=d_sentence_states_ptr,
-            d_cells_ptr=d_sentence_cells_ptr,
-            d_cells_via_words_ptr=d_sentence_cells_via_words_ptr,
-            product_ptr=product_ptr,
-            sentence_terms_ptr=sentence_terms_ptr,
-            cells_ptr=cells_ptr,
-            sentence_cells_ptr=sentence_cells_ptr,
-            mask_ptr=mask_ptr,
-            lengths_ptr=lengths_ptr,
-            statistics_ptr=statistics_ptr,
-            d_product_ptr=d_product_ptr,
-            d_sentence_terms_ptr=d_sentence_terms_ptr,
-            d_prev_cells_ptr=d_prev_cells_via_sentences_ptr,
-            d_prev_sentence_cells_ptr=d_prev_sentence_cells_ptr,
-            b=b,
-            hidden_block=program - word_programs,
-            seq=seq,
-            hidden=hidden,
-            product_width=product_width,
-            forget_column=forget_column,
-            sentence_width=sentence_width,
-            sentence_column=sentence_column,
-            NODES=NODES,
-            NODES_P=NODES_P,
-            SIGMOID_SCORES=SIGMOID_SCORES,
-            BLOCK_S=SENTENCE_BLOCK_S,
-            BLOCK_H=SENTENCE_BLOCK_H,
-        )
-
-
-def is_interpreted() -> bool:
-    """Whether the kernels run in Triton's interpreter (on CPU tensors): `TRITON_INTERPRET=1` when this module was
-    imported."""
-    return isinstance(step_forward_kernel, InterpretedFunction)
+            d_sentence_states_ptr, d_sentence_cells_ptr, product_ptr + forget_column, product_width,
+            sentence_terms_ptr + sentence_column, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr + b,
+            statistics_ptr, d_product_ptr + forget_column, d_sentence_terms_ptr + sentence_column,
+            d_prev_cells_ptr + cells_part, d_prev_sentence_cells_ptr + sentence_cells_part, hidden_idx, seq, hidden,
+            sentence_cells_part, NODES, NODES_P, SIGMOID_SCORES, SENTENCE_BLOCK_S,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -1094,7 +623,7 @@ def tile_options(seq: int, hidden: int, slots: int) -> dict[str, int]:
     `GPU_TILES` says; in the interpreter, which pays per program and per operation rather than per value, all of a
     sentence at once (unless `use_tiles` says otherwise)."""
     block_s, block_h = triton.next_power_of_2(seq), triton.next_power_of_2(hidden)
-    if not is_interpreted() or TILE_IN_THE_INTERPRETER:
+    if not KERNELS_INTERPRETED or TILE_IN_THE_INTERPRETER:
         block_h = min(block_h, GPU_TILES.max_block_h)
         block_s = max(1, min(block_s, GPU_TILES.values_per_tile // (slots * block_h)))
     return {"BLOCK_S": block_s, "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}

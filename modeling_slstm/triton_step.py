@@ -6,54 +6,25 @@ runs (`uses_fused_step`).
 `SLSTMStateTransition` (`modeling_slstm.py`) keeps its readable PyTorch step beside it as the reference and the
 fallback; `config.step_implementation` chooses.
 
-Each kernel launch is a `torch.library.custom_op`, so `torch.compile` keeps the fused recurrence in its graph (no
-graph break) as an opaque call, and traces the autograd function around it.
+In eager mode the kernels are launched directly (`StepKernels`, grids and options worked out once per forward).
+Under `torch.compile` (and the profiler) each launch is a `torch.library.custom_op` instead, so that `torch.compile`
+keeps the fused recurrence in its graph (no graph break) as an opaque call, and traces the autograd function around
+it.
 
-This module imports without Triton (`load_kernels` imports the kernels when a step first asks); the fused recurrence
-then never runs (`"auto"` takes the readable step, `"triton"` is an error that says why).
+This module imports without Triton (see `kernel_dispatch.py`); the fused recurrence then never runs (`"auto"` takes
+the readable step, `"triton"` is an error that says why).
 """
 
 import functools
 from collections.abc import Sequence
-from types import SimpleNamespace
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from .configuration_slstm import STEP_IMPLEMENTATIONS
-from .custom_operators import kernel_device_obstacle, operator_name
-
-
-@functools.cache
-def load_kernels() -> SimpleNamespace:
-    """The Triton kernels (`triton_kernels.py`), imported when a fused step is first considered rather than at
-    `import modeling_slstm` (the readable step does not need them): a namespace of the kernels, `tile_options` and
-    `interpreted` (whether they run in Triton's interpreter), with `import_error` `None`; or, where Triton cannot be
-    imported, only `import_error` (why) and `interpreted=False`."""
-    try:
-        from .triton_kernels import is_interpreted, step_backward_kernel, step_forward_kernel, tile_options
-    except ImportError as error:
-        return SimpleNamespace(import_error=error, interpreted=False)
-    return SimpleNamespace(
-        import_error=None,
-        interpreted=is_interpreted(),
-        tile_options=tile_options,
-        step_forward_kernel=step_forward_kernel,
-        step_backward_kernel=step_backward_kernel,
-    )
-
-
-@torch.compiler.assume_constant_result
-def triton_import_error() -> str:
-    """Why Triton cannot be imported, empty when it can (a constant to `torch.compile`, which runs it once)."""
-    error = load_kernels().import_error
-    return "" if error is None else str(error)
-
-
-@torch.compiler.assume_constant_result
-def kernels_interpreted() -> bool:
-    """Whether the kernels run in Triton's interpreter (`TRITON_INTERPRET=1` when they were first loaded)."""
-    return load_kernels().interpreted
-
+from .custom_operators import operator_name
+from .kernel_dispatch import triton_obstacles, uses_kernels
+from .triton_kernels import step_backward_kernel, step_forward_kernel, tile_options
 
 FUSED_STEP_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 OPTIONS_NOT_COVERED = ("context_independent_content", "remove_output_gate")
@@ -76,11 +47,7 @@ def fused_step_obstacles(config, states: torch.Tensor, replaced_layers: Sequence
             f"the step's layers {', '.join(replaced_layers)} are replaced (a PEFT adapter, a quantised layer), and "
             "the fused recurrence reads their weights bare, without what the replacement adds"
         )
-    import_error = triton_import_error()
-    if import_error:
-        obstacles.append(f"triton cannot be imported ({import_error})")
-    elif device_obstacle := kernel_device_obstacle(states, kernels_interpreted()):
-        obstacles.append(device_obstacle)
+    obstacles += triton_obstacles(states)
     if states.dtype not in FUSED_STEP_DTYPES:
         obstacles.append(f"the dtype is {states.dtype}, and the kernels take {', '.join(map(str, FUSED_STEP_DTYPES))}")
     return obstacles
@@ -88,28 +55,18 @@ def fused_step_obstacles(config, states: torch.Tensor, replaced_layers: Sequence
 
 def uses_fused_step(config, states: torch.Tensor, replaced_layers: Sequence[str] = ()) -> bool:
     """Whether a step of a model with `config` on `states` (`h^{t-1}`) runs the Triton kernels, from
-    `config.step_implementation`: `"eager"` never, `"auto"` when the tensors are on a CUDA GPU, Triton is importable,
-    the dtype is float32, bfloat16 or float16 and the config's options are covered (else the readable step),
-    `"triton"` always. Reads only the config, the tensor's device and dtype (never its values) and which layers
-    `replaced_layers` names (`"auto"` takes the readable step where any is, which runs the replacements).
+    `config.step_implementation` (`kernel_dispatch.uses_kernels`): `"eager"` never, `"auto"` when the tensors are on a
+    CUDA GPU, Triton is importable, the dtype is float32, bfloat16 or float16 and the config's options are covered
+    (else the readable step), `"triton"` always. Reads only the config, the tensor's device and dtype (never its
+    values) and which layers `replaced_layers` names (`"auto"` takes the readable step where any is, which runs the
+    replacements).
 
     Raises:
         `ValueError`: If `step_implementation` is none of `"auto"`, `"eager"`, `"triton"`, or is `"triton"` where
         the kernels cannot run (the message says why).
     """
-    implementation = config.step_implementation
-    if implementation not in STEP_IMPLEMENTATIONS:
-        raise ValueError(f"step_implementation must be one of {STEP_IMPLEMENTATIONS}, got {implementation!r}")
-    if implementation == "eager":
-        return False
-    if implementation == "auto" and not states.is_cuda:
-        return False  # on the CPU the readable step is the faster one
     obstacles = fused_step_obstacles(config, states, replaced_layers)
-    if implementation == "auto":
-        return not obstacles
-    if obstacles:
-        raise ValueError(f"step_implementation='triton' cannot run the fused step here: {'; '.join(obstacles)}")
-    return True
+    return uses_kernels(config.step_implementation, states, obstacles, "step_implementation", "the fused step")
 
 
 def next_power_of_2(value: int) -> int:
@@ -117,37 +74,94 @@ def next_power_of_2(value: int) -> int:
     return 1 << max(value - 1, 0).bit_length()
 
 
-def launch_options(product, sentence_terms, cells, sentence_cells, window_size: int) -> tuple[int, int, dict]:
-    """What both step kernels are launched with: `(word tiles, sentence programs, keyword arguments)`, the word tiles
-    as `(position blocks, hidden blocks)`, the arguments the sizes, where Eq. 3's blocks start (`U_f h_j`, then
-    `U_g h_j`, `U_o h_j`, in the product rows; `W_f γ + b_f`, then the keep and output gates' terms, in the sentence
-    terms; each the last `3 * nodes * hidden` columns), the gate and node counts and the tiles."""
-    kernels = load_kernels()
-    _, seq, hidden = cells.shape
-    nodes = sentence_cells.shape[1]
-    gates, nodes_p = next_power_of_2(2 * window_size + nodes + 2), next_power_of_2(max(nodes, 1))
-    word_tiles, sentence_tiles = kernels.tile_options(seq, hidden, gates), kernels.tile_options(seq, hidden, nodes_p)
-    sentence_width = 0 if sentence_terms is None else sentence_terms.shape[-1]
-    options = {
-        "seq": seq,
-        "hidden": hidden,
-        "product_width": product.shape[-1],
-        "sentence_width": sentence_width,
-        "forget_column": product.shape[-1] - 3 * nodes * hidden,
-        "sentence_column": sentence_width - 3 * nodes * hidden,
-        "WINDOW": window_size,
-        "NODES": nodes,
-        "NODES_P": nodes_p,
-        "GATES": gates,
-        "WORD_BLOCK_S": word_tiles["BLOCK_S"],
-        "WORD_BLOCK_H": word_tiles["BLOCK_H"],
-        "SENTENCE_BLOCK_S": sentence_tiles["BLOCK_S"],
-        "SENTENCE_BLOCK_H": sentence_tiles["BLOCK_H"],
-        "num_warps": word_tiles["num_warps"],
-    }
-    word_tile_counts = (-(-seq // word_tiles["BLOCK_S"]), -(-hidden // word_tiles["BLOCK_H"]))
-    sentence_programs = -(-hidden // sentence_tiles["BLOCK_H"]) if nodes else 0
-    return word_tile_counts, sentence_programs, options
+def contiguous(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+    """`tensors` in the layout the kernels read (row-major, no gaps, no stride 0), `None` kept."""
+    return tuple(None if tensor is None else tensor.contiguous() for tensor in tensors)
+
+
+class StepKernels:
+    """The two kernel launches of a step (`step_forward_kernel`, `step_backward_kernel`) for sentences of one shape:
+    the grids and options, worked out once and the same at every step.
+
+    The kernels read every tensor as contiguous: the callers (`step_update`, `step_update_backward`,
+    `FusedRecurrence`) make them so at their boundaries, once, rather than at every step.
+
+    Args:
+        batch, seq, hidden, nodes (`int`): the sizes: `batch` sentences of `seq` positions, `hidden` units,
+            `nodes` sentence nodes.
+        window_size (`int`): `w` of Eq. 2.
+        sigmoid_scores (`bool`): whether the gates are normalised as `softmax(σ(z))` (`"sigmoid_softmax"`).
+    """
+
+    def __init__(self, batch: int, seq: int, hidden: int, nodes: int, window_size: int, sigmoid_scores: bool):
+        self.nodes = nodes
+        gates, nodes_p = next_power_of_2(2 * window_size + nodes + 2), next_power_of_2(max(nodes, 1))
+        word_tiles, sentence_tiles = tile_options(seq, hidden, gates), tile_options(seq, hidden, nodes_p)
+        self.options = {
+            "seq": seq,
+            "hidden": hidden,
+            "WINDOW": window_size,
+            "NODES": nodes,
+            "NODES_P": nodes_p,
+            "CONTEXT_BLOCKS": 2 * window_size + nodes + 4,  # the normalised gates, o and u
+            "GATES": gates,
+            "SIGMOID_SCORES": sigmoid_scores,
+            "WORD_BLOCK_S": word_tiles["BLOCK_S"],
+            "WORD_BLOCK_H": word_tiles["BLOCK_H"],
+            "SENTENCE_BLOCK_S": sentence_tiles["BLOCK_S"],
+            "SENTENCE_BLOCK_H": sentence_tiles["BLOCK_H"],
+            "num_warps": word_tiles["num_warps"],
+        }
+        word_hidden_blocks = -(-hidden // word_tiles["BLOCK_H"])
+        sentence_programs = -(-hidden // sentence_tiles["BLOCK_H"]) if nodes else 0
+        self.forward_grid = (batch, -(-seq // word_tiles["BLOCK_S"]) * word_hidden_blocks + sentence_programs)
+        self.backward_grid = (batch, word_hidden_blocks + sentence_programs)
+
+    @classmethod
+    def for_cells(cls, cells: torch.Tensor, sentence_cells: torch.Tensor, window_size: int, sigmoid_scores: bool):
+        """The launches for `c^{t-1}` `(batch, seq, hidden)` and `c_g^{t-1}` `(batch, nodes, hidden)`."""
+        batch, seq, hidden = cells.shape
+        return cls(batch, seq, hidden, sentence_cells.shape[1], window_size, sigmoid_scores)
+
+    def sentence_tensors(self, **tensors) -> dict:
+        """`tensors` as kernel arguments: as they are with sentence nodes, `None` (never read) without."""
+        return tensors if self.nodes else dict.fromkeys(tensors)
+
+    def forward(self, product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths):
+        """Eqs. 2 and 3 of one step (as `step_update`), on contiguous tensors."""
+        outputs = step_update_outputs(cells, sentence_cells)
+        new_states, new_cells, new_sentence_states, new_sentence_cells, statistics = outputs
+        step_forward_kernel[self.forward_grid](
+            product_ptr=product, input_terms_ptr=input_terms, cells_ptr=cells, mask_ptr=mask, lengths_ptr=lengths,
+            new_states_ptr=new_states, new_cells_ptr=new_cells,
+            **self.sentence_tensors(
+                sentence_terms_ptr=sentence_terms, sentence_cells_ptr=sentence_cells, statistics_ptr=statistics,
+                new_sentence_states_ptr=new_sentence_states, new_sentence_cells_ptr=new_sentence_cells,
+            ),
+            **self.options,
+        )  # fmt: skip
+        return outputs
+
+    def backward(
+        self, d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms, later_steps,
+        product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics,
+    ):  # fmt: skip
+        """The gradients of one step (as `step_update_backward`), on contiguous tensors."""
+        gradients = step_update_gradients(product, sentence_terms, cells, sentence_cells)
+        d_product, d_sentence_terms, d_prev_cells, d_prev_sentence_cells = gradients
+        step_backward_kernel[self.backward_grid](
+            d_states_ptr=d_states, d_output_states_ptr=d_output_states, d_cells_ptr=d_cells, product_ptr=product,
+            input_terms_ptr=input_terms, cells_ptr=cells, mask_ptr=mask, lengths_ptr=lengths, d_product_ptr=d_product,
+            d_input_terms_ptr=d_input_terms, d_prev_cells_ptr=d_prev_cells,
+            **self.sentence_tensors(
+                d_sentence_states_ptr=d_sentence_states, d_sentence_cells_ptr=d_sentence_cells,
+                sentence_terms_ptr=sentence_terms, sentence_cells_ptr=sentence_cells, statistics_ptr=statistics,
+                d_sentence_terms_ptr=d_sentence_terms, d_prev_sentence_cells_ptr=d_prev_sentence_cells,
+            ),
+            LATER_STEPS=later_steps,
+            **self.options,
+        )  # fmt: skip
+        return gradients
 
 
 @torch.library.custom_op(operator_name("step_update"), mutates_args=())
@@ -166,30 +180,9 @@ def step_update(
     `(batch, seq, product width)`, `U x + b` `(batch, seq, blocks * hidden)`, the sentence terms
     `(batch, sentence width)` (`None` without sentence nodes), `c^{t-1}`, `c_g^{t-1}`, the mask and lengths ->
     `(h^t, c^t, g^t, c_g^t)` in the dtype of the cells, and the float32 statistics `(batch, 4, nodes, hidden)` that
-    the backward reads."""
-    (position_blocks, hidden_blocks), sentence_programs, options = launch_options(
-        product, sentence_terms, cells, sentence_cells, window_size
-    )
-    outputs = step_update_outputs(cells, sentence_cells)
-    new_states, new_cells, new_sentence_states, new_sentence_cells, statistics = outputs
-    nodes = sentence_cells.shape[1]
-    load_kernels().step_forward_kernel[(cells.shape[0], position_blocks * hidden_blocks + sentence_programs)](
-        product_ptr=product,
-        input_terms_ptr=input_terms,
-        sentence_terms_ptr=sentence_terms,
-        cells_ptr=cells,
-        sentence_cells_ptr=sentence_cells if nodes else None,
-        mask_ptr=mask,
-        lengths_ptr=lengths,
-        new_states_ptr=new_states,
-        new_cells_ptr=new_cells,
-        new_sentence_states_ptr=new_sentence_states if nodes else None,
-        new_sentence_cells_ptr=new_sentence_cells if nodes else None,
-        statistics_ptr=statistics if nodes else None,
-        SIGMOID_SCORES=sigmoid_scores,
-        **options,
-    )
-    return outputs
+    the backward reads. Any layout is taken (copied to a contiguous one here)."""
+    kernels = StepKernels.for_cells(cells, sentence_cells, window_size, sigmoid_scores)
+    return kernels.forward(*contiguous(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths))
 
 
 def step_update_outputs(cells, sentence_cells):
@@ -230,42 +223,17 @@ def step_update_backward(
     encoder's output `h^t` has one), `c^t`, `g^t` and `c_g^t` (the cells' `None` after the last step, else each the
     pair of parts through the words and through the sentence nodes that this returned for the next step, stacked) ->
     the gradients of the product, of the sentence terms, and of `c^{t-1}` and `c_g^{t-1}`, each of the two a pair
-    `(2, ...)` of the parts through the words and through the sentence nodes. The gradient of `U x + b` is written
-    into `d_input_terms` (float32), or with `later_steps` added to it (the sum over the later steps)."""
-    (_, hidden_blocks), sentence_programs, options = launch_options(
-        product, sentence_terms, cells, sentence_cells, window_size
-    )
-    gradients = step_update_gradients(product, sentence_terms, cells, sentence_cells)
-    d_product, d_sentence_terms, d_prev_cells, d_prev_sentence_cells = gradients
-    nodes = sentence_cells.shape[1]
-    load_kernels().step_backward_kernel[(cells.shape[0], hidden_blocks + sentence_programs)](
-        d_states_ptr=d_states,
-        d_output_states_ptr=d_output_states,
-        d_cells_ptr=None if d_cells is None else d_cells[0],
-        d_cells_via_sentences_ptr=None if d_cells is None or not nodes else d_cells[1],
-        d_sentence_states_ptr=d_sentence_states,
-        d_sentence_cells_ptr=None if d_sentence_cells is None or not nodes else d_sentence_cells[1],
-        d_sentence_cells_via_words_ptr=None if d_sentence_cells is None or not nodes else d_sentence_cells[0],
-        product_ptr=product,
-        input_terms_ptr=input_terms,
-        sentence_terms_ptr=sentence_terms,
-        cells_ptr=cells,
-        sentence_cells_ptr=sentence_cells if nodes else None,
-        mask_ptr=mask,
-        lengths_ptr=lengths,
-        statistics_ptr=statistics,
-        d_product_ptr=d_product,
-        d_input_terms_ptr=d_input_terms,
-        d_sentence_terms_ptr=d_sentence_terms if nodes else None,
-        d_prev_cells_ptr=d_prev_cells[0],
-        d_prev_cells_via_sentences_ptr=d_prev_cells[1] if nodes else None,
-        d_prev_sentence_cells_ptr=d_prev_sentence_cells[1] if nodes else None,
-        d_prev_sentence_cells_via_words_ptr=d_prev_sentence_cells[0] if nodes else None,
-        SIGMOID_SCORES=sigmoid_scores,
-        LATER_STEPS=later_steps,
-        **options,
-    )
-    return gradients
+    `(2, ...)` of the parts through the words and through the sentence nodes (one part without sentence nodes). The
+    gradient of `U x + b` is written into `d_input_terms` (float32, contiguous), or with `later_steps` added to it
+    (the sum over the later steps). Any other layout is taken (copied to a contiguous one here)."""
+    if not d_input_terms.is_contiguous():
+        raise ValueError(
+            f"d_input_terms must be contiguous (the kernel writes it in place), got strides {d_input_terms.stride()}"
+        )
+    kernels = StepKernels.for_cells(cells, sentence_cells, window_size, sigmoid_scores)
+    gradients = contiguous(d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells)
+    inputs = contiguous(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics)
+    return kernels.backward(*gradients, d_input_terms, later_steps, *inputs)
 
 
 def step_update_gradients(product, sentence_terms, cells, sentence_cells):
@@ -284,23 +252,23 @@ def _(d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d
     return step_update_gradients(product, sentence_terms, cells, sentence_cells)
 
 
-def product_weight(window_weight, forget_from_word, sentence_gates_weight, window_width: int) -> torch.Tensor:
-    """`W_h`: every weight that multiplies `h^{t-1}`, stacked so that one matmul per step computes them all:
-    Eq. 2's `W_d` for each window offset `d = 0 … 2w` (column block `d` of `word_window`, `(C·H, H)` each), then with
-    sentence nodes Eq. 3's `U_f` `(K·H, H)` and `U_g`, `U_o` (the `h̄` columns of `sentence_gates`, `(2K·H, H)`)."""
-    hidden = window_weight.shape[1] // window_width
-    blocks = list(window_weight.split(hidden, dim=1))
+def words_weight(window_weight, forget_from_word, gates_on_mean, window_width: int) -> torch.Tensor:
+    """`W_h` `(R, H)`: every weight that multiplies `h^{t-1}`, stacked so that one matmul per step computes them all
+    (`docs/equations.md`, "The stacked weights"): Eq. 2's `W_d` for each window offset `d = 0 … 2w` (column block
+    `d` of `word_window`, `(C·H, H)` each), then with sentence nodes Eq. 3's `U_f` `(K·H, H)` and `U_g`, `U_o`
+    (`gates_on_mean`, the `h̄` columns of `sentence_gates`, `(2K·H, H)`)."""
+    context_width, hidden = window_weight.shape[0], window_weight.shape[1] // window_width
+    blocks = [window_weight.view(context_width, window_width, hidden).transpose(0, 1).flatten(0, 1)]
     if forget_from_word is not None:
-        blocks += [forget_from_word, sentence_gates_weight[:, -hidden:]]
+        blocks += [forget_from_word, gates_on_mean]
     return torch.cat(blocks)
 
 
-def sentence_weight(word_sentence, forget_weight, forget_bias, gates_weight, gates_bias):
+def sentences_weight(word_sentence, forget_weight, forget_bias, gates_on_sentences, gates_bias):
     """`(W_G, b_G)`: every weight that multiplies `γ^{t-1}`, stacked: Eq. 2's `V` `(C·H, K·H)`, Eq. 3's `W_f`
-    `(K·H, K·H)`, `W_g` and `W_o` (the `γ` columns of `sentence_gates`, `(2K·H, K·H)`), and their biases (none for
-    `V`, whose bias is in `U x + b`)."""
-    sentence_width = word_sentence.shape[1]
-    weight = torch.cat([word_sentence, forget_weight, gates_weight[:, :sentence_width]])
+    `(K·H, K·H)`, `W_g` and `W_o` (`gates_on_sentences`, the `γ` columns of `sentence_gates`, `(2K·H, K·H)`), and
+    their biases (none for `V`, whose bias is in `U x + b`)."""
+    weight = torch.cat([word_sentence, forget_weight, gates_on_sentences])
     bias = torch.cat([word_sentence.new_zeros(word_sentence.shape[0]), forget_bias, gates_bias])
     return weight, bias
 
@@ -319,9 +287,50 @@ def undropped(gradient: torch.Tensor, keep: torch.Tensor | None, rate: float) ->
     return gradient if keep is None else torch.ops.aten.native_dropout_backward(gradient, keep, 1.0 / (1.0 - rate))
 
 
-STEP_SAVED = 8
-"""Tensors saved per step: `h̃^{t-1}` (dropped, in the matmuls' dtype) and its keep mask, `c^{t-1}`, `γ̃^{t-1}` and its
-keep mask, `c_g^{t-1}`, the sentence terms and the sentence kernel's statistics."""
+class StepInputs(NamedTuple):
+    """What the backward keeps of one step: its inputs, as gradient checkpointing of every step would keep."""
+
+    word_states: torch.Tensor
+    """`h̃^{t-1}` `(batch, seq, H)`: dropped out, in the matmuls' dtype."""
+    word_keep: torch.Tensor | None
+    """Its dropout keep mask (`None` without dropout)."""
+    word_cells: torch.Tensor
+    """`c^{t-1}` `(batch, seq, H)`."""
+    sentence_states: torch.Tensor | None
+    """`γ̃^{t-1}` `(batch, K, H)`: dropped out, in the matmuls' dtype (`None` without sentence nodes)."""
+    sentence_keep: torch.Tensor | None
+    """Its dropout keep mask."""
+    sentence_cells: torch.Tensor
+    """`c_g^{t-1}` `(batch, K, H)`."""
+    sentence_terms: torch.Tensor | None
+    """`γ̃^{t-1} W_G^T + b_G` `(batch, W)` (`None` without sentence nodes)."""
+    statistics: torch.Tensor
+    """The sentence kernel's `(batch, 4, K, H)`, float32."""
+
+
+@dataclass(frozen=True)
+class RecurrenceOptions:
+    """The settings of a `FusedRecurrence`: `num_steps` (`T`), `window_size` (`w`), `sigmoid_scores`
+    (`gate_normalization == "sigmoid_softmax"`) and `dropout_rate` (the hidden dropout, 0 in evaluation)."""
+
+    num_steps: int
+    window_size: int
+    sigmoid_scores: bool
+    dropout_rate: float
+
+
+def step_launchers(cells, sentence_cells, options: RecurrenceOptions):
+    """The two launches of a step as functions of its tensors, `(forward, backward)` (arguments as `step_update`'s
+    and `step_update_backward`'s, less the options): under `torch.compile` the custom operators, which keep the
+    kernels opaque to the graph, and under the profiler too, where each launch then shows as one named operator (the
+    launch counts of `run_scripts/benchmarks/launch_counts.py`); otherwise the kernels launched directly
+    (`StepKernels`), their grids and options worked out here once for all steps, without the custom operators'
+    dispatch (the same launches, for a fraction of the host time)."""
+    if torch.compiler.is_compiling() or torch._C._autograd._profiler_enabled():
+        settings = {"window_size": options.window_size, "sigmoid_scores": options.sigmoid_scores}
+        return functools.partial(step_update, **settings), functools.partial(step_update_backward, **settings)
+    kernels = StepKernels.for_cells(cells, sentence_cells, options.window_size, options.sigmoid_scores)
+    return kernels.forward, kernels.backward
 
 
 class FusedRecurrence(torch.autograd.Function):
@@ -329,141 +338,116 @@ class FusedRecurrence(torch.autograd.Function):
     `SLSTMStateTransition.forward` computes them step by step.
 
     Each step is two matmuls and one kernel launch: `P = h̃^{t-1} W_h^T` (every weight on the word states,
-    `product_weight`: the kernel reads `W ξ_i` as the sum of the window blocks of `P` at the neighbours' rows, `U_f h_j`
+    `words_weight`: the kernel reads `W ξ_i` as the sum of the window blocks of `P` at the neighbours' rows, `U_f h_j`
     from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
-    on the sentence states, `sentence_weight`). Only each step's inputs are saved (what gradient checkpointing of
-    every step would keep); the backward recomputes `P`, launches the backward kernel, then two matmuls for the
-    gradients of `h^{t-1}` and `γ^{t-1}`, and sums the weight gradient of `W_h` step by step in place; that of `W_G`
-    is one matmul over all steps at the end (its inputs are one vector per sentence).
+    on the sentence states, `sentences_weight`). Only each step's inputs are saved (`StepInputs`, what gradient
+    checkpointing of every step would keep); the backward recomputes `P`, launches the backward kernel, then two
+    matmuls for the gradients of `h^{t-1}` and `γ^{t-1}`, and sums the gradient of `W_h` step by step in place; that
+    of `W_G` is one matmul over all steps at the end (its inputs are one vector per sentence). The weights come
+    stacked (autograd splits their gradients back to the layers).
 
-    Inputs: `U x + b` `(batch, seq, C·H)` (its dtype is the matmuls', autocast's where autocast is on), `h^0`, `c^0`
-    `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float mask `(batch, seq, 1)` and lengths `(batch, 1)`;
-    the weights of `word_window`, `word_forget_from_word`, `sentence_gates` (weight, bias), `word_sentence`,
-    `word_forget_from_sentence` (weight, bias), all but the first `None` without sentence nodes; then `num_steps`,
-    `window_size`, `sigmoid_scores` (`gate_normalization == "sigmoid_softmax"`) and the hidden dropout rate (0 in
-    evaluation). Returns `h^1 … h^T` and, with sentence nodes, `g^T`.
+    Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
+    mask `(batch, seq, 1)` and lengths `(batch, 1)`; `W_h` `(R, H)` (its dtype is the matmuls', autocast's where
+    autocast is on), `W_G` `(W, K·H)` and `b_G` `(W,)` (both `None` without sentence nodes); the `RecurrenceOptions`.
+    Returns `h^1 … h^T` and `g^T` (`(batch, 0, H)` without sentence nodes). Tensors of any layout are taken: the
+    inputs and the upstream gradients are made contiguous once, as the kernels read them.
     """
 
     @staticmethod
     def forward(
-        ctx, input_terms, h, c, g, c_g, mask, lengths, window_weight, forget_from_word, gates_weight, gates_bias,
-        word_sentence, forget_weight, forget_bias, num_steps, window_size, sigmoid_scores, dropout_rate,
-    ):  # fmt: skip
-        nodes = g.shape[1]
-        dtype = input_terms.dtype
+        ctx, input_terms, h, c, g, c_g, mask, lengths, words_weight, sentences_weight, sentences_bias, options
+    ):
         ctx.set_materialize_grads(False)
+        rate, dtype = options.dropout_rate, words_weight.dtype
         with torch.autocast(h.device.type, enabled=False):
-            words_weight = product_weight(window_weight, forget_from_word, gates_weight, 2 * window_size + 1).to(dtype)
-            sentences_weight = sentences_bias = None
-            if nodes:
-                weights = sentence_weight(word_sentence, forget_weight, forget_bias, gates_weight, gates_bias)
-                sentences_weight, sentences_bias = (weight.to(dtype) for weight in weights)
-            input_terms, mask, lengths = input_terms.contiguous(), mask.contiguous(), lengths.contiguous()
-            c, c_g = c.contiguous(), c_g.contiguous()  # the initial cells may be expanded views
+            input_terms, mask, lengths, c, c_g = contiguous(input_terms, mask, lengths, c, c_g)
+            update, _ = step_launchers(c, c_g, options)
             saved, outputs = [], []
-            for _ in range(num_steps):
-                h_in, h_keep = dropped(h, dropout_rate, dtype)  # h̃^{t-1}
+            for _ in range(options.num_steps):
+                h_in, h_keep = dropped(h, rate, dtype)  # h̃^{t-1}
                 product = torch.mm(h_in.flatten(0, 1), words_weight.t()).view(*h.shape[:2], -1)  # (batch, seq, R)
-                g_in = g_keep = sentence_terms = statistics = None
-                if nodes:
-                    g_in, g_keep = dropped(g, dropout_rate, dtype)  # γ̃^{t-1}
+                g_in = g_keep = sentence_terms = None
+                if sentences_weight is not None:
+                    g_in, g_keep = dropped(g, rate, dtype)  # γ̃^{t-1}
                     sentence_terms = torch.addmm(sentences_bias, g_in.flatten(1), sentences_weight.t())  # (batch, W)
-                h, new_c, new_g, new_c_g, statistics = step_update(
-                    product, input_terms, sentence_terms, c, c_g, mask, lengths, window_size, sigmoid_scores
-                )
-                saved += [h_in, h_keep, c, g_in, g_keep, c_g, sentence_terms, statistics if nodes else None]
+                h, new_c, g, new_c_g, statistics = update(product, input_terms, sentence_terms, c, c_g, mask, lengths)
+                saved += StepInputs(h_in, h_keep, c, g_in, g_keep, c_g, sentence_terms, statistics)
                 del product  # freed before the next step allocates its own
-                c, g, c_g = new_c, new_g if nodes else g, new_c_g if nodes else c_g
+                c, c_g = new_c, new_c_g
                 outputs.append(h)
         ctx.save_for_backward(input_terms, mask, lengths, words_weight, sentences_weight, *saved)
-        ctx.options = (num_steps, window_size, sigmoid_scores, dropout_rate)
-        ctx.weight_dtype = window_weight.dtype
-        ctx.state_dtype = h.dtype
-        return (*outputs, g) if nodes else tuple(outputs)
+        ctx.options = options
+        return (*outputs, g)
 
     @staticmethod
     def backward(ctx, *d_outputs):
-        num_steps, window_size, sigmoid_scores, dropout_rate = ctx.options
+        options, rate = ctx.options, ctx.options.dropout_rate
         input_terms, mask, lengths, words_weight, sentences_weight, *saved = ctx.saved_tensors
-        steps = [saved[step * STEP_SAVED : (step + 1) * STEP_SAVED] for step in range(num_steps)]
-        last_cells, last_sentence_cells = steps[-1][2], steps[-1][5]
-        nodes = last_sentence_cells.shape[1]
-        d_states = d_outputs[num_steps - 1]
-        d_states = torch.zeros_like(last_cells) if d_states is None else d_states.contiguous()
-        d_sentence_states = d_outputs[num_steps] if nodes else None
-        if nodes and d_sentence_states is None:
-            d_sentence_states = torch.zeros_like(last_sentence_cells)
-        d_output_states = d_cells = d_sentence_cells = d_words_weight = None
+        width = len(StepInputs._fields)
+        steps = [StepInputs(*saved[start : start + width]) for start in range(0, len(saved), width)]
+        # d h^1 … d h^T, d g^T: each None where the loss has none, and of any layout (expanded, sliced, ...).
+        *d_word_outputs, d_sentence_states = contiguous(*d_outputs)
+        last = steps[-1]
+        _, update_backward = step_launchers(last.word_cells, last.sentence_cells, options)
+        d_states = torch.zeros_like(last.word_cells) if d_word_outputs[-1] is None else d_word_outputs[-1]
+        if d_sentence_states is None:
+            d_sentence_states = torch.zeros_like(last.sentence_cells)
+        d_output_states = (*d_word_outputs[:-1], None)  # the encoder outputs' gradients beside the recurrence's
+        d_cells = d_sentence_cells = None  # none after the last step
+        d_words_weight = None
         d_input_terms = torch.empty_like(input_terms, dtype=torch.float32)  # summed over the steps by the kernel
         d_sentence_terms_per_step = []
         with torch.autocast(input_terms.device.type, enabled=False):
-            for step in reversed(range(num_steps)):
-                h_in, h_keep, c, _, g_keep, c_g, sentence_terms, statistics = steps[step]  # γ̃ read at the end
-                flat_h_in = h_in.flatten(0, 1)  # (batch * seq, H)
-                product = torch.mm(flat_h_in, words_weight.t()).view(*c.shape[:2], -1)
+            for step in reversed(range(options.num_steps)):
+                inputs = steps[step]
+                flat_h_in = inputs.word_states.flatten(0, 1)  # (batch * seq, H)
+                product = torch.mm(flat_h_in, words_weight.t()).view(*inputs.word_cells.shape[:2], -1)
                 # The cells' gradients in two parts (through the words, through the sentence nodes): (2, ...).
-                d_product, d_sentence_terms, d_cells, d_sentence_cells = step_update_backward(
-                    d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms,
-                    step < num_steps - 1, product, input_terms, sentence_terms, c, c_g, mask, lengths, statistics,
-                    window_size, sigmoid_scores,
+                d_product, d_sentence_terms, d_cells, d_sentence_cells = update_backward(
+                    d_states, d_output_states[step], d_cells, d_sentence_states, d_sentence_cells, d_input_terms,
+                    step < options.num_steps - 1, product, input_terms, inputs.sentence_terms, inputs.word_cells,
+                    inputs.sentence_cells, mask, lengths, inputs.statistics,
                 )  # fmt: skip
-                if nodes:
+                if sentences_weight is not None:
                     d_sentence_terms_per_step.append(d_sentence_terms)
                     d_g_in = torch.mm(d_sentence_terms, sentences_weight)  # (batch, K·H)
-                    d_sentence_states = undropped(d_g_in.view_as(c_g), g_keep, dropout_rate)
+                    d_sentence_states = undropped(d_g_in.view_as(inputs.sentence_cells), inputs.sentence_keep, rate)
                 flat_d_product = d_product.flatten(0, 1)  # (batch * seq, R)
-                d_states = undropped(torch.mm(flat_d_product, words_weight).view_as(c), h_keep, dropout_rate)
+                d_states = undropped(torch.mm(flat_d_product, words_weight).view_as(inputs.word_cells),
+                                     inputs.word_keep, rate)  # fmt: skip
                 if d_words_weight is None:
                     d_words_weight = torch.mm(flat_d_product.t(), flat_h_in)
                 else:
                     d_words_weight.addmm_(flat_d_product.t(), flat_h_in)
-                d_output_states = d_outputs[step - 1] if step else None
                 del product, d_product, flat_d_product  # freed before the next step allocates its own
-            sentence_gradients = (None,) * 6
-            if nodes:
-                sentence_gradients = sentence_weight_gradients(
-                    d_sentence_terms_per_step[::-1], [step[3] for step in steps], d_words_weight, nodes
-                )
-            d_window, d_forget_from_word = window_weight_gradients(d_words_weight, 2 * window_size + 1, nodes)
-        weight_gradients = [d_window, d_forget_from_word, *sentence_gradients]
-        weight_gradients = [None if d is None else d.to(ctx.weight_dtype) for d in weight_gradients]
-        return (
-            d_input_terms.to(input_terms.dtype),
-            d_states.to(ctx.state_dtype),
-            d_cells.sum(0),
-            d_sentence_states.to(ctx.state_dtype) if nodes else None,
-            d_sentence_cells.sum(0) if nodes else None,
-            None,
-            None,
-            *weight_gradients,
-            None,
-            None,
-            None,
-            None,
-        )
+            d_sentences_weight = d_sentences_bias = None
+            if sentences_weight is not None:
+                d_terms = torch.cat(d_sentence_terms_per_step[::-1])  # (steps * batch, W)
+                sentence_inputs = torch.cat([inputs.sentence_states.flatten(1) for inputs in steps])  # (.., K·H)
+                d_sentences_weight, d_sentences_bias = torch.mm(d_terms.t(), sentence_inputs), d_terms.sum(0)
+        return (d_input_terms, d_states, d_cells.sum(0), d_sentence_states, d_sentence_cells.sum(0), None, None,
+                d_words_weight, d_sentences_weight, d_sentences_bias, None)  # fmt: skip
 
 
-def window_weight_gradients(d_words_weight: torch.Tensor, window_width: int, nodes: int):
-    """The gradients of `word_window.weight` `(C·H, (2w+1)·H)` and `word_forget_from_word.weight` (`None` without
-    sentence nodes) from that of `W_h` (`product_weight`)."""
-    hidden = d_words_weight.shape[1]
-    context_width = (d_words_weight.shape[0] - 3 * nodes * hidden) // window_width
-    d_blocks, d_forget_from_word, _ = d_words_weight.split(
-        [window_width * context_width, nodes * hidden, 2 * nodes * hidden]
-    )
-    d_window = d_blocks.view(window_width, context_width, hidden).transpose(0, 1).reshape(context_width, -1)
-    return d_window, d_forget_from_word if nodes else None
-
-
-def sentence_weight_gradients(d_sentence_terms_per_step, sentence_inputs, d_words_weight, nodes: int):
-    """The gradients of `sentence_gates` (weight, bias), `word_sentence` and `word_forget_from_sentence` (weight,
-    bias), each step's sentence-term gradients `(batch, W)` and dropped sentence states `γ̃^{t-1}` `(batch, K, H)`
-    stacked into one matmul; `U_g`, `U_o`'s gradient (the `h̄` columns of `sentence_gates`) comes from `W_h`'s."""
-    hidden = d_words_weight.shape[1]
-    d_terms = torch.cat(d_sentence_terms_per_step)  # (steps * batch, W)
-    inputs = torch.cat(sentence_inputs).flatten(1)  # (steps * batch, K·H)
-    sizes = [d_terms.shape[1] - 3 * nodes * hidden, nodes * hidden, 2 * nodes * hidden]
-    d_word_sentence, d_forget_weight, d_gates_on_sentence = torch.mm(d_terms.t(), inputs).split(sizes)
-    _, d_forget_bias, d_gates_bias = d_terms.sum(0).split(sizes)
-    d_gates_weight = torch.cat([d_gates_on_sentence, d_words_weight[-2 * nodes * hidden :]], dim=1)
-    return d_gates_weight, d_gates_bias, d_word_sentence, d_forget_weight, d_forget_bias
+def fused_recurrence(transition, h, c, g, c_g, input_terms, mask, lengths, options: RecurrenceOptions):
+    """`FusedRecurrence` of the step module `transition` (`SLSTMStateTransition`): its weights stacked once, in the
+    matmuls' dtype (`input_terms`'s, autocast's where autocast is on) -> `((h^1, …, h^T), g^T)`."""
+    nodes, hidden = g.shape[1:]
+    with torch.autocast(h.device.type, enabled=False):
+        if nodes:
+            gates_on_sentences, gates_on_mean = transition.sentence_gates.weight.split([nodes * hidden, hidden], dim=1)
+            sentence_weights = sentences_weight(
+                transition.word_sentence.weight, transition.word_forget_from_sentence.weight,
+                transition.word_forget_from_sentence.bias, gates_on_sentences, transition.sentence_gates.bias,
+            )  # fmt: skip
+            weight = words_weight(
+                transition.word_window.weight, transition.word_forget_from_word.weight, gates_on_mean,
+                2 * options.window_size + 1,
+            )  # fmt: skip
+        else:
+            sentence_weights = (None, None)
+            weight = words_weight(transition.word_window.weight, None, None, 2 * options.window_size + 1)
+        dtype = input_terms.dtype
+        weights = [None if w is None else w.to(dtype) for w in (weight, *sentence_weights)]
+    *states, sentence_states = FusedRecurrence.apply(input_terms, h, c, g, c_g, mask, lengths, *weights, options)
+    return tuple(states), sentence_states

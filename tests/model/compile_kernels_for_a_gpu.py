@@ -1,25 +1,30 @@
-"""Run by `test_fused_step.py::test_kernels_compile_for_a_gpu`, without `TRITON_INTERPRET`: compiles each fused-step
-kernel (bf16 tensors, float32 mask and saved statistics) to an sm_90 binary with Triton's own compiler and ptxas,
-which need no GPU; the interpreter does not type-check kernels as the compiler does."""
+"""Compiles the package's Triton kernels to sm_90 (H100) binaries with Triton's own compiler and ptxas, which need no
+GPU: the interpreter runs kernels as Python, which forgives what the compiler refuses (types that change in a loop,
+missing constexprs). Run without `TRITON_INTERPRET`, for the kernels named on the command line (default: all):
+
+- `step` (by `test_fused_step.py::test_kernels_compile_for_a_gpu`): the fused step's kernels, bf16 tensors with a
+  float32 mask and saved statistics;
+- `crf` (by `test_crf_kernels.py::test_kernels_compile_for_a_gpu`): the CRF's kernels, bf16 emissions.
+
+    python tests/model/compile_kernels_for_a_gpu.py [step] [crf]
+"""
 
 import inspect
+import sys
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from modeling_slstm import triton_kernels
+from modeling_slstm import triton_crf, triton_kernels
 
 FLOAT32_POINTERS = ("mask_ptr", "lengths_ptr", "statistics_ptr", "d_input_terms_ptr")
-INTEGERS = ("seq", "hidden", "product_width", "sentence_width", "forget_column", "sentence_column")
+INTEGERS = ("seq", "hidden")
 ABSENT_WITHOUT_NODES = (
     "sentence_terms_ptr", "sentence_cells_ptr", "new_sentence_states_ptr", "new_sentence_cells_ptr", "statistics_ptr",
-    "d_cells_via_sentences_ptr", "d_sentence_states_ptr", "d_sentence_cells_ptr", "d_sentence_cells_via_words_ptr",
-    "d_sentence_terms_ptr", "d_prev_cells_via_sentences_ptr", "d_prev_sentence_cells_ptr",
-    "d_prev_sentence_cells_via_words_ptr",
+    "d_sentence_states_ptr", "d_sentence_cells_ptr", "d_sentence_terms_ptr", "d_prev_sentence_cells_ptr",
 )  # fmt: skip
-ABSENT_AFTER_THE_LAST_STEP = ("d_output_states_ptr", "d_cells_ptr", "d_cells_via_sentences_ptr", "d_sentence_cells_ptr",
-                              "d_sentence_cells_via_words_ptr")  # fmt: skip
+ABSENT_AFTER_THE_LAST_STEP = ("d_output_states_ptr", "d_cells_ptr", "d_sentence_cells_ptr")
 
 
 def compile_for_hopper(kernel, **constants):
@@ -39,12 +44,44 @@ def step(window, nodes, sigmoid, last_step=False):
         (ABSENT_WITHOUT_NODES if nodes == 0 else ()) + (ABSENT_AFTER_THE_LAST_STEP if last_step else ())
     )
     return dict(WINDOW=window, NODES=nodes, NODES_P=triton.next_power_of_2(max(nodes, 1)),
-                GATES=triton.next_power_of_2(2 * window + nodes + 2), SIGMOID_SCORES=sigmoid, LATER_STEPS=not last_step,
+                GATES=triton.next_power_of_2(2 * window + nodes + 2), CONTEXT_BLOCKS=2 * window + nodes + 4,
+                SIGMOID_SCORES=sigmoid, LATER_STEPS=not last_step,
                 WORD_BLOCK_S=16, WORD_BLOCK_H=32, SENTENCE_BLOCK_S=64, SENTENCE_BLOCK_H=32, **absent)  # fmt: skip
 
 
-compile_for_hopper(triton_kernels.step_forward_kernel, **step(1, 1, True))
-compile_for_hopper(triton_kernels.step_forward_kernel, **step(2, 0, False))
-compile_for_hopper(triton_kernels.step_backward_kernel, **step(2, 2, True))
-compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 1, False, last_step=True))
-compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 0, True, last_step=True))
+def compile_the_step_kernels():
+    compile_for_hopper(triton_kernels.step_forward_kernel, **step(1, 1, True))
+    compile_for_hopper(triton_kernels.step_forward_kernel, **step(2, 0, False))
+    compile_for_hopper(triton_kernels.step_backward_kernel, **step(2, 2, True))
+    compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 1, False, last_step=True))
+    compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 0, True, last_step=True))
+
+
+CRF_POINTERS = {
+    "emissions_ptr": "*bf16", "d_emissions_ptr": "*bf16", "tags_ptr": "*i64", "paths_ptr": "*i64", "mask_ptr": "*i1",
+    "start_allowed_ptr": "*i1", "end_allowed_ptr": "*i1", "transition_allowed_ptr": "*i1",
+    "best_previous_ptr": "*i32",
+}  # fmt: skip
+
+
+def compile_the_crf_kernels():
+    for kernel, constants in [
+        (triton_crf.log_likelihood_forward_kernel, {"BLOCK_TAGS": 16}),
+        (triton_crf.log_likelihood_backward_kernel, {"BLOCK_TAGS": 16}),
+        (triton_crf.viterbi_kernel, {"BLOCK_TAGS": 32, "WITH_MAX_MARGINALS": True}),
+        (triton_crf.viterbi_kernel, {"BLOCK_TAGS": 32, "WITH_MAX_MARGINALS": False, "alphas_ptr": None,
+                                     "max_marginals_ptr": None}),
+    ]:  # fmt: skip
+        signature = {
+            name: "constexpr" if name in constants else CRF_POINTERS.get(name, "*fp32") if name.endswith("_ptr")
+            else "i32" if name in ("seq", "num_tags") else "fp32"
+            for name in kernel.arg_names
+        }  # fmt: skip
+        compiled = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
+        assert "cubin" in compiled.asm, kernel
+
+
+FAMILIES = {"step": compile_the_step_kernels, "crf": compile_the_crf_kernels}
+for family in sys.argv[1:] or FAMILIES:
+    FAMILIES[family]()
+print("compiled")

@@ -1,12 +1,8 @@
 """Tests of `modeling_slstm.crf.ConditionalRandomField` against brute-force enumeration and pytorch-crf, with its plain
-loops, with the log-depth scans of `modeling_slstm.crf_parallel` and (in Triton's interpreter on a CPU) with the
-Triton kernels of `modeling_slstm.triton_crf`, and of its export with `torch.export` and to ONNX."""
+loops and with the log-depth scans of `modeling_slstm.crf_parallel`, and of its export with `torch.export` and to ONNX.
+Its Triton kernels are compared with these loops in `test_crf_kernels.py`."""
 
 import itertools
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -45,37 +41,13 @@ def use_log_depth_scans(monkeypatch, block_size=None):
         monkeypatch.setattr(crf_parallel, "_BLOCK_SIZE", block_size)
 
 
-def use_triton_kernels(monkeypatch):
-    """Make every call take the Triton kernels, as `implementation="triton"` does (an error where they cannot run)."""
-    pytest.importorskip("triton")
-    uses_kernels = ConditionalRandomField.uses_kernels
-
-    def uses_kernels_always(crf, emissions, implementation):
-        return uses_kernels(crf, emissions, "triton")
-
-    monkeypatch.setattr(ConditionalRandomField, "uses_kernels", uses_kernels_always)
-
-
-def select_recursions(name, monkeypatch):
-    if name == "log_depth_scans":
-        use_log_depth_scans(monkeypatch, block_size=2)
-    elif name == "triton_kernels":
-        use_triton_kernels(monkeypatch)
-    return name
-
-
 @pytest.fixture(params=["plain_loops", "log_depth_scans"])
 def recursions(request, monkeypatch):
     """Run a test with the plain loops of eager calls and with the log-depth scans of traced graphs, in blocks of 2
     positions so that even 5 positions span several blocks and the scans over blocks."""
-    return select_recursions(request.param, monkeypatch)
-
-
-@pytest.fixture(params=["plain_loops", "log_depth_scans", "triton_kernels"])
-def recursions_or_kernels(request, monkeypatch):
-    """As `recursions`, and with the Triton kernels (in Triton's interpreter on a CPU), for the tests on small inputs
-    in float32."""
-    return select_recursions(request.param, monkeypatch)
+    if request.param == "log_depth_scans":
+        use_log_depth_scans(monkeypatch, block_size=2)
+    return request.param
 
 
 def random_crf(num_tags, labels=None, scale=1.0, seed=0):
@@ -141,7 +113,7 @@ def brute_force_decode(crf, emissions, mask, only_allowed=False):
 
 
 @pytest.mark.parametrize("num_tags", [3, 4])
-def test_log_likelihood_matches_brute_force(num_tags, recursions_or_kernels):
+def test_log_likelihood_matches_brute_force(num_tags, recursions):
     crf = random_crf(num_tags, seed=num_tags)
     emissions = torch.randn(len(MASKS), 5, num_tags)
     tags = torch.randint(num_tags, (len(MASKS), 5)).masked_fill(~MASKS, IGNORE_INDEX)
@@ -158,7 +130,7 @@ def test_log_likelihood_matches_brute_force(num_tags, recursions_or_kernels):
 
 
 @pytest.mark.parametrize("num_tags", [3, 4])
-def test_decode_and_max_marginals_match_brute_force(num_tags, recursions_or_kernels):
+def test_decode_and_max_marginals_match_brute_force(num_tags, recursions):
     crf = random_crf(num_tags, seed=10 + num_tags)
     emissions = torch.randn(len(MASKS), 5, num_tags)
     decoded = crf.decode(emissions, MASKS)
@@ -177,7 +149,7 @@ def test_decode_and_max_marginals_match_brute_force(num_tags, recursions_or_kern
     assert torch.equal(max_marginals.argmax(-1)[MASKS], decoded[MASKS])
 
 
-def test_masked_positions_do_not_matter(recursions_or_kernels):
+def test_masked_positions_do_not_matter(recursions):
     crf = random_crf(4, seed=3)
     emissions = torch.randn(len(MASKS), 5, 4)
     tags = torch.randint(4, (len(MASKS), 5))
@@ -207,7 +179,7 @@ def test_agrees_with_pytorch_crf(recursions):
     assert [row[row != IGNORE_INDEX].tolist() for row in decoded] == reference.decode(emissions, mask)
 
 
-def test_masks_with_left_padding_and_holes_agree_with_pytorch_crf_on_the_chain(recursions_or_kernels):
+def test_masks_with_left_padding_and_holes_agree_with_pytorch_crf_on_the_chain(recursions):
     # pytorch-crf needs masks that start with 1 and have no holes: it gets each chain moved to the front.
     torchcrf = pytest.importorskip("torchcrf")
     masks = MASKS[MASKS.any(dim=1)]  # (batch, 5); pytorch-crf cannot take an empty sentence
@@ -229,7 +201,7 @@ def test_masks_with_left_padding_and_holes_agree_with_pytorch_crf_on_the_chain(r
 
 
 @pytest.mark.parametrize("labels", [None, BIO_LABELS], ids=["unconstrained", "BIO"])
-def test_zero_parameter_crf_decodes_equal_emissions_to_tag_zero(labels, recursions_or_kernels):
+def test_zero_parameter_crf_decodes_equal_emissions_to_tag_zero(labels, recursions):
     # Every allowed path ties: ties go to the lowest tag index, as in pytorch-crf (tag 0 is O under BIO).
     crf = ConditionalRandomField.from_labels(labels) if labels else ConditionalRandomField(len(BIO_LABELS))
     with torch.no_grad():
@@ -245,7 +217,7 @@ def test_zero_parameter_crf_decodes_equal_emissions_to_tag_zero(labels, recursio
     assert reference.decode(emissions[:1], MASKS[:1]) == decoded[:1].tolist()
 
 
-def test_ties_are_broken_towards_the_viterbi_path(recursions_or_kernels):
+def test_ties_are_broken_towards_the_viterbi_path(recursions):
     # Tags must alternate, so [0, 1, 0] and [1, 0, 1] tie as best paths: every max-marginal of an unmasked position
     # is 0 and a plain argmax would pick tag 0 everywhere, which is not a best path.
     crf = ConditionalRandomField(2)
@@ -278,7 +250,7 @@ def test_constrained_decoding_never_violates(labels, recursions):
 
 
 @pytest.mark.parametrize("labels", [BIO_LABELS, BIOES_LABELS], ids=["BIO", "BIOES"])
-def test_constraints_match_brute_force_over_allowed_paths(labels, recursions_or_kernels):
+def test_constraints_match_brute_force_over_allowed_paths(labels, recursions):
     crf = random_crf(len(labels), labels, scale=2.0, seed=6)
     masks = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 0], [1, 0, 0, 1], [0, 0, 1, 0]], dtype=torch.bool)
     emissions = torch.randn(len(masks), 4, len(labels)) * 2
@@ -320,7 +292,7 @@ def brute_force_log_likelihood(crf, parameters, emissions, tags, mask):
     return torch.stack(log_likelihoods)
 
 
-def test_forbidden_gold_sequence_costs_the_penalty_with_brute_force_gradients(recursions_or_kernels):
+def test_forbidden_gold_sequence_costs_the_penalty_with_brute_force_gradients(recursions):
     crf = random_crf(len(BIO_LABELS), BIO_LABELS, seed=13)
     emissions = torch.randn(3, 4, len(BIO_LABELS), requires_grad=True)
     # O I-PER: forbidden; B-PER I-PER O: allowed; I-LOC at the start (forbidden) behind left padding.
@@ -437,7 +409,7 @@ def test_validation_errors(call, message):
     assert message in str(error.value)
 
 
-def test_all_masked_batch_has_zero_loss_and_finite_gradients(recursions_or_kernels):
+def test_all_masked_batch_has_zero_loss_and_finite_gradients(recursions):
     crf = ConditionalRandomField.from_labels(BIO_LABELS)
     emissions = torch.randn(2, 3, len(BIO_LABELS), requires_grad=True)
     mask = torch.zeros(2, 3, dtype=torch.bool)
@@ -594,144 +566,3 @@ def test_onnx_max_marginals_match_pytorch_on_a_new_shape(tmp_path, bioes_crf, ex
         expected = bioes_crf.max_marginals(emissions, mask).detach()
         torch.testing.assert_close(max_marginals, expected, rtol=0, atol=1e-4)
         assert torch.equal(max_marginals.argmax(-1)[mask], expected.argmax(-1)[mask])
-
-
-def likelihood_decoding_and_gradients(crf, inputs, implementation):
-    """Log-likelihood, decoded tags, max-marginals and the gradients of a weighted loss (emissions, then parameters),
-    with ``implementation`` (see `ConditionalRandomField.uses_kernels`)."""
-    crf.zero_grad()
-    emissions = inputs["emissions"].detach().requires_grad_()
-    log_likelihood = crf.log_likelihood(emissions, inputs["tags"], inputs["mask"], implementation)
-    # Different weights per sentence, so that each sentence's gradient is checked, not only their sum.
-    (log_likelihood * torch.linspace(0.5, 2.0, len(log_likelihood))).sum().backward()
-    gradients = [emissions.grad, *(parameter.grad.clone() for parameter in crf.parameters())]
-    decoded = crf.decode(emissions, inputs["mask"], implementation)
-    max_marginals = crf.max_marginals(emissions, inputs["mask"], implementation)
-    return log_likelihood.detach(), decoded, max_marginals.detach(), gradients
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_triton_kernels_match_plain_loops_on_long_padded_sentences(dtype):
-    # 10 positions with left and right padding, a hole and an empty sentence; BIOES: 9 tags padded to 16 in the
-    # kernels, constraints applied there. The kernels read bfloat16 emissions as they are; the loops cast them first.
-    pytest.importorskip("triton")
-    crf = random_crf(len(BIOES_LABELS), BIOES_LABELS, scale=0.5, seed=15)
-    inputs = padded_inputs(len(BIOES_LABELS), batch=4, length=10, seed=4)
-    inputs["emissions"] = inputs["emissions"].to(dtype)
-    inputs["tags"] = crf.decode(inputs["emissions"], inputs["mask"])  # allowed gold paths, so the loss is not ~1e4
-    expected = likelihood_decoding_and_gradients(crf, inputs, "eager")
-    actual = likelihood_decoding_and_gradients(crf, inputs, "triton")
-    torch.testing.assert_close(actual[0], expected[0], rtol=1e-5, atol=1e-4)
-    assert torch.equal(actual[1], expected[1])
-    torch.testing.assert_close(actual[2], expected[2], rtol=0, atol=1e-5)
-    assert torch.equal(actual[2].argmax(-1)[inputs["mask"]], actual[1][inputs["mask"]])
-    # Gradients against the loops in float64: the float32 loops are themselves up to ~5e-5 off them here.
-    exact_inputs = dict(inputs, emissions=inputs["emissions"].double())
-    exact = likelihood_decoding_and_gradients(crf.double(), exact_inputs, "eager")
-    assert actual[3][0].dtype == dtype and torch.all(actual[3][0][~inputs["mask"]] == 0)
-    tolerance = {"rtol": 1e-2, "atol": 1e-4} if dtype == torch.bfloat16 else {"rtol": 0, "atol": 1e-4}
-    for gradient, exact_gradient in zip(actual[3], exact[3]):
-        torch.testing.assert_close(gradient.double(), exact_gradient, **tolerance)
-
-
-def test_triton_implementation_says_why_the_kernels_cannot_run():
-    pytest.importorskip("triton")
-    crf = ConditionalRandomField(3)
-    emissions = torch.randn(2, 4, 3)
-    assert not crf.uses_kernels(emissions, "eager")
-    assert not crf.uses_kernels(emissions, "auto")  # CPU tensors: the loops
-    with pytest.raises(ValueError, match=r"kernels compute in float32"):
-        crf.decode(emissions.double(), implementation="triton")
-    with pytest.raises(ValueError, match=r"implementation must be one of \('auto', 'eager', 'triton'\), got 'cuda'"):
-        crf.decode(emissions, implementation="cuda")
-
-
-def test_package_loads_without_triton_and_checkpoints_carry_the_kernels(monkeypatch):
-    # A checkpoint's code must load where Triton is missing: transformers rejects a file that imports a missing
-    # package at module level (outside try/except), and ships only the files that are imported relatively.
-    from transformers.dynamic_module_utils import get_imports, get_relative_imports
-
-    package = Path(crf_module.__file__).parent
-    assert "triton" not in get_imports(package / "triton_crf.py")
-    assert "triton_crf" in get_relative_imports(package / "crf.py")
-    monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` raises ImportError
-    monkeypatch.delitem(sys.modules, "modeling_slstm.triton_crf", raising=False)
-    crf = ConditionalRandomField(3)
-    emissions, mask = torch.randn(2, 4, 3), torch.ones(2, 4, dtype=torch.bool)
-    assert crf.decode(emissions, mask).shape == (2, 4)  # "auto": the loops
-    with pytest.raises(ValueError, match="triton cannot be imported"):
-        crf.decode(emissions, mask, implementation="triton")
-
-
-def test_tagger_with_triton_step_implementation_runs_the_crf_kernels(monkeypatch):
-    # The model passes `config.step_implementation` to its CRF: "triton" takes the kernels (in Triton's interpreter
-    # here), "eager" the loops; loss, logits and gradients agree. Left padding, so the chain does not start at 0.
-    pytest.importorskip("triton")
-    from helpers import build, pad, random_ids, tagger_config
-
-    from modeling_slstm import SLSTMForTokenClassification
-
-    model = build(SLSTMForTokenClassification, tagger_config(use_crf=True, num_steps=1)).train()
-    ids, mask = pad(random_ids((4, 2, 3)), side="left")
-    labels = torch.randint(len(BIO_LABELS), ids.shape, generator=torch.Generator().manual_seed(2))
-    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels.masked_fill(~mask, IGNORE_INDEX)}
-    kernel_calls = []
-    uses_kernels = ConditionalRandomField.uses_kernels
-
-    def recorded(crf, emissions, implementation):
-        kernel_calls.append(uses_kernels(crf, emissions, implementation))
-        return kernel_calls[-1]
-
-    monkeypatch.setattr(ConditionalRandomField, "uses_kernels", recorded)
-    results = {}
-    for implementation in ("eager", "triton"):
-        model.config.step_implementation = implementation
-        model.zero_grad()
-        output = model(**batch)
-        output.loss.backward()
-        # A parameter the loss does not reach: no gradient in the readable step, zeros from the fused recurrence.
-        gradients = [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in model.parameters()]
-        results[implementation] = (output.loss.detach(), output.logits.detach(), gradients)
-    assert kernel_calls == [False, False, True, True]  # the loss and the logits of each forward
-    torch.testing.assert_close(results["triton"][0], results["eager"][0], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(results["triton"][1], results["eager"][1], rtol=1e-5, atol=1e-5)
-    for gradient, expected in zip(results["triton"][2], results["eager"][2], strict=True):
-        torch.testing.assert_close(gradient, expected, rtol=1e-4, atol=1e-5)
-
-
-COMPILE_FOR_A_GPU = """
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-
-from modeling_slstm import triton_crf
-
-pointers = {"emissions": "*bf16", "d_emissions": "*bf16", "tags": "*i64", "paths": "*i64", "mask": "*i1",
-            "start_allowed": "*i1", "end_allowed": "*i1", "transition_allowed": "*i1", "best_previous": "*i32"}
-scalars = {"seq": "i32", "num_tags": "i32"}
-for kernel, constants in [
-    (triton_crf.log_likelihood_forward_kernel, {"BLOCK_TAGS": 16}),
-    (triton_crf.log_likelihood_backward_kernel, {"BLOCK_TAGS": 16}),
-    (triton_crf.viterbi_kernel, {"BLOCK_TAGS": 32, "WITH_MAX_MARGINALS": True}),
-    (triton_crf.viterbi_kernel, {"BLOCK_TAGS": 32, "WITH_MAX_MARGINALS": False, "alphas_ptr": None,
-                                 "max_marginals_ptr": None}),
-]:
-    signature = {
-        name: "constexpr" if name in constants else pointers.get(name[:-4], "*fp32") if name.endswith("_ptr")
-        else scalars.get(name, "fp32")
-        for name in kernel.arg_names
-    }
-    triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
-print("compiled")
-"""
-
-
-def test_triton_kernels_compile_for_a_gpu():
-    # The interpreter runs the kernels as Python, which forgives what a GPU compiler refuses (types that change in a
-    # loop, missing constexprs): compile each one to a cubin for an H100 (sm_90), which needs no GPU.
-    pytest.importorskip("triton")
-    environment = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(Path(crf_module.__file__).parents[1])}
-    result = subprocess.run(
-        [sys.executable, "-c", COMPILE_FOR_A_GPU], env=environment, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0 and "compiled" in result.stdout, result.stderr[-3000:]

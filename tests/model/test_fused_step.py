@@ -11,6 +11,7 @@ process with the interpreter.
     python -m pytest tests/model/test_fused_step.py
 """
 
+import contextlib
 import copy
 import json
 import os
@@ -23,13 +24,12 @@ import torch
 from helpers import build, pad, random_ids, real, tiny_config
 
 from modeling_slstm import SLSTMConfig, SLSTMModel, triton_step
+from modeling_slstm.kernel_dispatch import KERNELS_INTERPRETED, TRITON_IMPORT_ERROR
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-KERNELS = triton_step.load_kernels()
 needs_triton = pytest.mark.skipif(
-    KERNELS.import_error is not None,
-    reason=f"triton is not installed ({KERNELS.import_error}): pip install the test extra",
+    TRITON_IMPORT_ERROR is not None, reason=f"{TRITON_IMPORT_ERROR}: pip install the test extra"
 )
 LENGTHS = (5, 1, 3, 2)  # mixed, including a one-token sentence
 # Relative error = max |fused - readable| / max |readable| per tensor. The readable step rounds bf16 intermediates
@@ -57,7 +57,7 @@ def device(request) -> torch.device:
     """`cpu` (the kernels in Triton's interpreter) and `cuda` (compiled), each where this process can run it."""
     if request.param == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    if request.param == "cpu" and not KERNELS.interpreted:
+    if request.param == "cpu" and not KERNELS_INTERPRETED:
         pytest.skip("the kernels were compiled in this process: test_cpu_cases_in_the_interpreter runs these")
     return torch.device(request.param)
 
@@ -183,6 +183,87 @@ def test_torch_compile_keeps_the_fused_step_in_one_graph(device):
     assert max(errors.values()) <= TOLERANCE[torch.float32], errors
 
 
+def upstream_gradient(output: torch.Tensor, layout: str, seed: int) -> torch.Tensor:
+    """A random gradient for `output` `(batch, positions or nodes, hidden)` in `layout`: `"expanded"` (one vector
+    broadcast with stride 0, as `output.sum().backward()` gives), `"sliced"` (every other column of a wider tensor),
+    `"transposed"` (a `(positions, batch, hidden)` tensor transposed), or `"contiguous"`."""
+    generator = torch.Generator().manual_seed(seed)
+    batch, rows, hidden = output.shape
+    draws = {
+        "expanded": lambda: torch.randn(hidden, generator=generator).expand(batch, rows, hidden),
+        "sliced": lambda: torch.randn(batch, rows, 2 * hidden, generator=generator)[..., 1::2],
+        "transposed": lambda: torch.randn(rows, batch, hidden, generator=generator).transpose(0, 1),
+        "contiguous": lambda: torch.randn(batch, rows, hidden, generator=generator),
+    }
+    gradient = draws[layout]().to(device=output.device, dtype=output.dtype)
+    assert gradient.is_contiguous() == (layout == "contiguous")
+    return gradient
+
+
+def recurrence_gradients(model, inputs_embeds, attention_mask, implementation, gradients, monkeypatch):
+    """The gradients of every parameter and of `inputs_embeds` when the recurrence's outputs receive `gradients`:
+    `{name: layout}` for `"step 1"` (`h^1`, an intermediate step's hidden states), `"last step"` (`h^T`) and
+    `"sentence states"` (`g^T`, every node), an output left out receiving none (`None` in the backward)."""
+    model.config.step_implementation = implementation
+    model.zero_grad()
+    embeds = inputs_embeds.detach().clone().requires_grad_(True)
+    sentence_states = []  # g^T: the readable step's last call, or the fused recurrence's second output
+    if implementation == "eager":
+        hook = model.transition.register_forward_hook(lambda module, inputs, output: sentence_states.append(output[2]))
+    else:
+        fused_recurrence = model.transition.fused_recurrence
+
+        def recorded(*args):
+            steps, states = fused_recurrence(*args)
+            sentence_states.append(states)
+            return steps, states
+
+        monkeypatch.setattr(model.transition, "fused_recurrence", recorded)
+    outputs = model(inputs_embeds=embeds, attention_mask=attention_mask, output_hidden_states=True)
+    if implementation == "eager":
+        hook.remove()
+    else:
+        monkeypatch.undo()
+    named = {"step 1": outputs.hidden_states[1], "last step": outputs.last_hidden_state,
+             "sentence states": sentence_states[-1]}  # fmt: skip
+    chosen = [named[name] for name in gradients]
+    seeds = [list(named).index(name) for name in gradients]  # the same draws for both implementations
+    torch.autograd.backward(
+        chosen, [upstream_gradient(t, gradients[n], s) for t, n, s in zip(chosen, gradients, seeds)]
+    )
+    results = {"grad inputs_embeds": embeds.grad}
+    results.update({f"grad {name}": p.grad for name, p in model.named_parameters() if p.grad is not None})
+    return results
+
+
+GRADIENT_CASES = {
+    "all expanded": dict.fromkeys(("step 1", "last step", "sentence states"), "expanded"),
+    "all sliced": dict.fromkeys(("step 1", "last step", "sentence states"), "sliced"),
+    "all transposed": dict.fromkeys(("step 1", "last step", "sentence states"), "transposed"),
+    "step 1 alone (h^1.sum())": {"step 1": "expanded"},
+    "none for step 1": {"last step": "sliced", "sentence states": "transposed"},
+}
+
+
+@needs_triton
+@pytest.mark.parametrize("case", list(GRADIENT_CASES))
+def test_fused_gradients_for_any_upstream_gradient_layout(case, device, monkeypatch):
+    """Upstream gradients that are not contiguous (a loss `h.sum()` on one step's hidden states gives a stride-0 one)
+    or absent (`None`, an output the loss does not read) reach the kernels as they reach the readable step."""
+    model = build(SLSTMModel, tiny_config(num_steps=2, num_sentence_nodes=2)).to(device)
+    _, mask = pad(random_ids((5, 2)), "left")
+    embeds = torch.randn(*mask.shape, model.config.embedding_dim, generator=torch.Generator().manual_seed(2))
+    embeds, mask = embeds.to(device), mask.to(device)
+    gradients = GRADIENT_CASES[case]
+    readable = recurrence_gradients(model, embeds, mask, "eager", gradients, monkeypatch)
+    fused = recurrence_gradients(model, embeds, mask, "triton", gradients, monkeypatch)
+    assert readable.keys() <= fused.keys()
+    errors = {name: relative_error(fused[name], readable[name]) for name in readable}
+    assert max(errors.values()) <= TOLERANCE[torch.float32], errors
+    # Parameters that the readable step leaves without a gradient (none reaches them) get zeros from the fused one.
+    assert all(not fused[name].any() for name in fused.keys() - readable.keys())
+
+
 TILINGS = {
     # The GPU's tiles: at hidden 40, BLOCK_H 32 (2 hidden blocks) and, for the 8 gate slots of window 2 with 2 nodes,
     # BLOCK_S 16 (3 position blocks of 37 words).
@@ -192,23 +273,32 @@ TILINGS = {
 }
 
 
-@pytest.fixture(params=list(TILINGS))
-def tiles(request):
-    """The kernels tiled as on a GPU (or smaller) in the interpreter, where they take a sentence per tile otherwise;
-    the previous tiling is restored after the test."""
+@contextlib.contextmanager
+def kernel_tiles(**tiles):
+    """The kernels tiled by `KernelTiles(**tiles)`, in the interpreter too (where they take a sentence per tile
+    otherwise); the previous tiling is restored on exit."""
     from modeling_slstm import triton_kernels
 
     previous = (triton_kernels.GPU_TILES, triton_kernels.TILE_IN_THE_INTERPRETER)
-    triton_kernels.use_tiles(triton_kernels.KernelTiles(**TILINGS[request.param]), in_the_interpreter=True)
-    yield request.param
-    triton_kernels.use_tiles(*previous)
+    triton_kernels.use_tiles(triton_kernels.KernelTiles(**tiles), in_the_interpreter=True)
+    try:
+        yield
+    finally:
+        triton_kernels.use_tiles(*previous)
+
+
+@pytest.fixture(params=list(TILINGS))
+def tiles(request):
+    """The kernels tiled as `TILINGS` says, in the interpreter too, for the test."""
+    with kernel_tiles(**TILINGS[request.param]):
+        yield request.param
 
 
 @needs_triton
 def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
     """Eqs. 2-3 over all steps, the fused recurrence against the readable steps, output by output and gradient by
     gradient, at hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
-    if not KERNELS.interpreted:
+    if not KERNELS_INTERPRETED:
         pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
     config = tiny_config(hidden_size=40, embedding_dim=8, window_size=2, num_sentence_nodes=2, initial_state="input")
     model = build(SLSTMModel, config)
@@ -222,11 +312,41 @@ def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
         assert relative_error(actual[name], expected[name]) <= tolerance, name
 
 
+@needs_triton
+def test_left_padding_longer_than_a_position_block():
+    """A sentence whose left padding fills a whole position block and more: the sentence nodes' softmax over the
+    positions starts with a block without a real position (where its running maximum must stay finite, or the
+    rescaling turns into NaN), and the word bodies start with blocks of padding only. Tiles as small as the case:
+    word blocks of 2 positions, sentence blocks of 4 (4 nodes, so that both are small at once), left padding of 5."""
+    if not KERNELS_INTERPRETED:
+        pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
+    from modeling_slstm import triton_kernels
+
+    config = tiny_config(hidden_size=4, num_steps=1, num_sentence_nodes=4, initial_state="input")
+    model = build(SLSTMModel, config)
+    seq, padding = 6, 5
+    mask = torch.arange(seq) >= torch.tensor([[0], [padding]])  # (batch, seq): 6 and 1 real words, left-padded
+    embeds = torch.randn(2, seq, config.embedding_dim, generator=torch.Generator().manual_seed(4))
+    with kernel_tiles(values_per_tile=64, max_block_h=4):
+        word_slots = triton_step.next_power_of_2(2 * config.window_size + config.num_sentence_nodes + 2)
+        word_block = triton_kernels.tile_options(seq, config.hidden_size, word_slots)["BLOCK_S"]
+        sentence_block = triton_kernels.tile_options(seq, config.hidden_size, config.num_sentence_nodes)["BLOCK_S"]
+        assert (word_block, sentence_block) == (2, 4) and padding > sentence_block
+        expected = outputs_and_gradients(model, embeds, mask, "eager")
+        actual = outputs_and_gradients(model, embeds, mask, "triton")
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        tolerance = 10 * TOLERANCE[torch.float32] if name.startswith("grad ") else TOLERANCE[torch.float32]
+        assert relative_error(actual[name], expected[name]) <= tolerance, name
+
+
 def fused_launches(monkeypatch) -> list[str]:
-    """Records every call of the fused step's forward operator."""
+    """Records every launch of the fused step's forward kernel (direct in eager mode, or through its operator)."""
     launches = []
-    operator = triton_step.step_update
-    monkeypatch.setattr(triton_step, "step_update", lambda *args: launches.append("step_update") or operator(*args))
+    launch = triton_step.StepKernels.forward
+    monkeypatch.setattr(
+        triton_step.StepKernels, "forward", lambda *args: launches.append("step_update") or launch(*args)
+    )
     return launches
 
 
@@ -307,7 +427,7 @@ def test_the_package_imports_and_runs_without_triton():
 def test_cpu_cases_in_the_interpreter():
     """Where this process compiled the kernels (a GPU machine), the CPU cases in a fresh process with
     `TRITON_INTERPRET=1`."""
-    if KERNELS.interpreted:
+    if KERNELS_INTERPRETED:
         pytest.skip("the kernels are interpreted in this process: the CPU cases ran here")
     environment = {**os.environ, "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "cpu"]
@@ -320,7 +440,7 @@ def test_kernels_compile_for_a_gpu():
     """Each kernel compiles to an sm_90 binary (`compile_kernels_for_a_gpu.py`), which needs no GPU."""
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     environment["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    command = [sys.executable, str(HERE / "compile_kernels_for_a_gpu.py")]
+    command = [sys.executable, str(HERE / "compile_kernels_for_a_gpu.py"), "step"]
     run = subprocess.run(command, check=False, cwd=REPO, env=environment, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-5000:]
 

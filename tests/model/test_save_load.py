@@ -35,7 +35,8 @@ from modeling_slstm.tokenization_slstm import build_word_tokenizer
 
 CODE_FILES = {
     "configuration_slstm.py", "modeling_slstm.py", "cpu_matmul.py", "custom_operators.py", "crf.py", "crf_parallel.py",
-    "tag_schemes.py", "token_tagging.py", "triton_crf.py", "triton_kernels.py", "triton_step.py", "validation.py",
+    "kernel_dispatch.py", "tag_schemes.py", "token_tagging.py", "triton_crf.py", "triton_kernels.py", "triton_step.py",
+    "validation.py",
 }  # fmt: skip
 AUTO_MAP = {
     "AutoConfig": "configuration_slstm.SLSTMConfig",
