@@ -13,7 +13,6 @@ process with the interpreter.
 
 import contextlib
 import copy
-import json
 import os
 import subprocess
 import sys
@@ -443,45 +442,6 @@ def test_kernels_compile_for_a_gpu():
     command = [sys.executable, str(HERE / "compile_kernels_for_a_gpu.py"), "step"]
     run = subprocess.run(command, check=False, cwd=REPO, env=environment, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-5000:]
-
-
-FUSED_ENCODER_OPERATOR_BUDGET = 142
-"""Operators one training forward + backward of the fused encoder launches (`launch_counts.count_launched_operators`), the NER
-configuration as shipped (`hub_configs/slstm-ner-crf.json`: 9 steps, window 1, one sentence node, character CNN), at
-32 sentences x 32 words as at any other size: two matmuls and one kernel launch per step forward, one matmul to recompute, one kernel
-launch and three matmuls per step backward, and the embeddings around them. Deterministic."""
-
-
-def fused_encoder_operator_count(batch: int, seq: int, device) -> int:
-    """`count_launched_operators` of one training forward + backward of the NER configuration's encoder (at hidden 16: the
-    count does not depend on it) through the fused step, gradients set to `None` before, as an optimizer does."""
-    from run_scripts.benchmarks.support.launch_counts import count_launched_operators
-
-    settings = json.loads((REPO / "hub_configs" / "slstm-ner-crf.json").read_text())
-    settings = {name: value for name, value in settings.items() if name not in ("_comment", "training_recipe")}
-    settings.update(hidden_size=16, embedding_dim=16, vocab_size=50, char_vocab_size=20, step_implementation="triton")
-    torch.manual_seed(0)
-    model = SLSTMModel(SLSTMConfig(**settings)).to(device).train()
-    mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
-    mask[0, seq // 2 :] = False
-    inputs = {"input_ids": torch.randint(4, 50, (batch, seq), device=device), "attention_mask": mask,
-              "char_ids": torch.randint(1, 20, (batch, seq, 6), device=device)}  # fmt: skip
-
-    def training_step():
-        model.zero_grad(set_to_none=True)
-        outputs = model(**inputs)
-        (outputs.last_hidden_state.sum() + outputs.pooler_output.sum()).backward()
-
-    training_step()  # the first call loads and compiles the kernels
-    return sum(count_launched_operators(training_step).values())
-
-
-@needs_triton
-def test_the_fused_encoder_launches_few_operators_and_none_per_word(device):
-    """The count depends on neither the batch nor the sentence length; two sentences keep the interpreter cheap."""
-    count = fused_encoder_operator_count(2, 8, device)
-    assert count <= FUSED_ENCODER_OPERATOR_BUDGET
-    assert fused_encoder_operator_count(2, 64, device) == count
 
 
 @needs_triton
