@@ -10,7 +10,8 @@ Hand-written because no library does this per machine: PyTorch sends float32 `F.
 on AMD CPUs runs the S-LSTM step's products slower than oneDNN (about half its speed with AVX-512; with AVX2 only,
 0.83x at 32 x 128 tokens and equal at 10-sentence batches); `torch.utils.mkldnn` only
 converts whole modules for inference (no autograd). And CPU bf16 autocast, a large gain where the CPU has a fast bf16
-path, makes matmuls many times slower where it has none.
+path, makes matmuls slower where it has none: many times slower where bf16 is emulated, about twice on Intel CPUs
+with avx512_bf16 but no AMX. `bf16_decision` says which CPUs get bf16 matmuls.
 
 `SLSTMLinear` is a plain `nn.Linear` subclass (same parameters, same state dict), so PEFT/LoRA, forward hooks,
 pruning and tools that select layers with `isinstance(module, nn.Linear)` see and replace it like any other
@@ -23,6 +24,9 @@ How much each path gains on which CPUs is measured in docs/benchmarks.md.
 
 import logging
 import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
 import torch
@@ -86,13 +90,18 @@ NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 @cache
 def cpu_info() -> dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo ("vendor_id", "model name", "flags" on x86, "Features" on
-    aarch64, …); empty where there is no such file (macOS, Windows)."""
+    """The first processor's fields of /proc/cpuinfo (`parse_cpuinfo`); empty where there is no such file (macOS,
+    Windows)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            text = cpuinfo.read()
+            return parse_cpuinfo(cpuinfo.read())
     except OSError:
         return {}
+
+
+def parse_cpuinfo(text: str) -> dict[str, str]:
+    """The first processor's `key: value` fields of a /proc/cpuinfo text ("vendor_id", "cpu family", "model",
+    "model name", "flags" on x86; "Features" on aarch64, …)."""
     fields = {}
     for line in text.split("\n\n", 1)[0].splitlines():
         key, _, value = line.partition(":")
@@ -190,23 +199,149 @@ def selected_backend() -> str:
     return _decide_backend()
 
 
-@torch.compiler.assume_constant_result
-def cpu_has_fast_bf16() -> bool:
-    """Whether CPU bf16 matmuls are fast here: the CPU has bf16 instructions (`NATIVE_BF16_CPU_FLAGS`) and PyTorch
-    has a oneDNN bf16 path for it (`torch.ops.mkldnn._is_mkldnn_bf16_supported()`). PyTorch's check alone also
-    accepts AVX-512 CPUs without bf16 instructions, where oneDNN emulates bf16; where /proc/cpuinfo cannot be read,
-    it is the only check. Without native bf16, bf16 autocast was measured 18-20x slower than float32 (AVX2 EPYC).
+CPU_BF16_ENV = "SLSTM_CPU_BF16"
+CPU_BF16_CHOICES = ("auto", "bf16", "float32")
+PROBE_SHAPE = (1024, 1024, 1024)
+"""(rows, in, out) of the probe's matmul: a training step's largest products are of this order (paper model)."""
+PROBE_MARGIN = 0.8
+"""The probe counts bf16 as faster when its matmul takes at most this share of float32's time: a model gains less
+than its matmuls (autocast's casts, elementwise work), e.g. 1.86x matmuls gave 1.68x training on an AMD EPYC."""
 
-    The one rule for bf16 on the CPU: the S-LSTM layers, and the repository's training scripts (their `--bf16`
-    warning and launcher) and benchmarks all ask it."""
-    return _cpu_has_fast_bf16()
+
+@dataclass(frozen=True)
+class Bf16Decision:
+    """Whether the S-LSTM layers run their CPU matmuls in bf16 under bf16 autocast (`fast`), and why (`reason`)."""
+
+    fast: bool
+    reason: str
+
+
+def measured_bf16_speed(vendor: str, flags: frozenset[str], onednn_bf16: bool) -> Bf16Decision | None:
+    """The rule from the CPU kinds measured (docs/benchmarks.md, "bf16 on each CPU kind"), or `None` for a CPU that no
+    measurement covers (the probe decides there).
+
+    Args:
+        vendor (`str`): /proc/cpuinfo's `vendor_id` ("AuthenticAMD", "GenuineIntel"; "" where there is none).
+        flags (`frozenset[str]`): its instruction-set flags (empty where /proc/cpuinfo cannot be read).
+        onednn_bf16 (`bool`): whether PyTorch has a oneDNN bf16 path (`torch.ops.mkldnn._is_mkldnn_bf16_supported()`;
+            it also says yes on AVX-512 CPUs that only emulate bf16).
+    """
+    if not onednn_bf16:
+        return Bf16Decision(False, "this PyTorch build has no oneDNN bf16 path")
+    if flags and not flags & NATIVE_BF16_CPU_FLAGS:
+        return Bf16Decision(False, "no bf16 instructions: emulated bf16 matmuls are many times slower than float32")
+    if "amx_bf16" in flags:
+        return Bf16Decision(True, "AMX bf16 tiles")
+    if "avx512_bf16" in flags and vendor == "AuthenticAMD":
+        return Bf16Decision(True, "avx512_bf16 on an AMD CPU, measured faster than float32")
+    if "avx512_bf16" in flags and vendor == "GenuineIntel":
+        return Bf16Decision(
+            False, "avx512_bf16 without AMX on an Intel CPU: bf16 matmuls at about half float32's speed"
+        )
+    return None
+
+
+def best_seconds_in_turn(calls: dict[str, Callable[[], object]], repeats: int, clock=time.perf_counter) -> dict:
+    """`{name: the fewest seconds of one call}` over `repeats` rounds after one untimed round, the calls in turn within
+    each round (so that a machine whose load changes slows both alike)."""
+    for call in calls.values():
+        call()
+    best = dict.fromkeys(calls, float("inf"))
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = clock()
+            call()
+            best[name] = min(best[name], clock() - start)
+    return best
+
+
+@dataclass(frozen=True)
+class Bf16Probe:
+    """The best seconds of one `PROBE_SHAPE` matmul in float32 (by the float32 backend in use) and in bf16."""
+
+    float32_seconds: float
+    bf16_seconds: float
+
+    @property
+    def bf16_faster(self) -> bool:
+        return self.bf16_seconds <= PROBE_MARGIN * self.float32_seconds
+
+    def describe(self) -> str:
+        gflop = 2 * PROBE_SHAPE[0] * PROBE_SHAPE[1] * PROBE_SHAPE[2] / 1e9
+        return (
+            f"a {'x'.join(map(str, PROBE_SHAPE))} matmul ran at {gflop / self.bf16_seconds:.0f} GFLOP/s in bf16 and "
+            f"{gflop / self.float32_seconds:.0f} in float32"
+        )
+
+
+def probe_bf16_matmul(repeats: int = 3) -> Bf16Probe:
+    """Times one `PROBE_SHAPE` matmul in bf16 and in float32, in turn (`best_seconds_in_turn`)."""
+    rows, in_features, out_features = PROBE_SHAPE
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(rows, in_features, generator=generator)  # (rows, in)
+    weight = torch.randn(out_features, in_features, generator=generator)  # (out, in)
+    inputs_bf16, weight_bf16 = inputs.bfloat16(), weight.bfloat16()
+    float32_layer = SLSTMLinear(in_features, out_features, bias=False)
+    float32_layer.weight.data = weight
+    # Autocast off: the probe runs at the first S-LSTM matmul under bf16 autocast, whose layer asks for this decision.
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        best = best_seconds_in_turn(
+            {
+                "float32": lambda: float32_layer(inputs),
+                "bf16": lambda: nn.functional.linear(inputs_bf16, weight_bf16),
+            },
+            repeats,
+        )
+    return Bf16Probe(best["float32"], best["bf16"])
+
+
+_cpu_bf16_override: str | None = None
+
+
+def set_cpu_bf16(choice: str | None) -> None:
+    """Override whether the S-LSTM layers run CPU matmuls in bf16 under bf16 autocast, for this process: "bf16",
+    "float32", "auto" (the rule, else the probe) or `None` (back to the `SLSTM_CPU_BF16` environment variable, itself
+    "auto" if unset). Models already compiled with `torch.compile` keep what they were traced with."""
+    global _cpu_bf16_override
+    if choice is not None and choice not in CPU_BF16_CHOICES:
+        raise ValueError(f"CPU bf16 choice must be one of {CPU_BF16_CHOICES} or None, got {choice!r}")
+    _cpu_bf16_override = choice
+    _decide_bf16.cache_clear()
 
 
 @cache
-def _cpu_has_fast_bf16() -> bool:
-    flags = cpu_flags()
-    native = bool(flags & NATIVE_BF16_CPU_FLAGS) or not flags
-    return native and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+def _decide_bf16() -> Bf16Decision:
+    requested = _cpu_bf16_override or os.environ.get(CPU_BF16_ENV, "auto")
+    if requested not in CPU_BF16_CHOICES:
+        raise ValueError(f"{CPU_BF16_ENV} must be one of {CPU_BF16_CHOICES}, got {requested!r}")
+    if requested != "auto":
+        return Bf16Decision(requested == "bf16", f"{CPU_BF16_ENV}={requested}")
+    onednn_bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    decision = measured_bf16_speed(cpu_info().get("vendor_id", ""), cpu_flags(), onednn_bf16)
+    if decision is None:
+        probe = probe_bf16_matmul()
+        faster = "faster" if probe.bf16_faster else "not faster"
+        decision = Bf16Decision(probe.bf16_faster, f"{probe.describe()} ({faster} than float32 by the probe's margin)")
+        logger.info("S-LSTM CPU bf16 matmuls %s: %s", "on" if decision.fast else "off", decision.reason)
+    return decision
+
+
+def bf16_decision() -> Bf16Decision:
+    """Whether bf16 matmuls run faster than float32 ones on this CPU, and why: decided once per process from
+    `set_cpu_bf16`, else the `SLSTM_CPU_BF16` environment variable, else `measured_bf16_speed`'s rule for the CPU
+    kinds measured, else a one-time probe (`probe_bf16_matmul`: bf16 counts as faster when its matmul takes at most
+    `PROBE_MARGIN` of float32's time)."""
+    return _decide_bf16()
+
+
+@torch.compiler.assume_constant_result
+def cpu_has_fast_bf16() -> bool:
+    """Whether the S-LSTM layers run their CPU matmuls in bf16 under bf16 autocast: where bf16 is faster than float32
+    (`bf16_decision`). Elsewhere they keep float32, which is faster there (warned once).
+
+    The one rule for bf16 on the CPU: the S-LSTM layers, and the repository's training scripts (their `--bf16`
+    warning and launcher) and benchmarks all ask it."""
+    return bf16_decision().fast
 
 
 def _bf16_autocast_without_fast_path(inputs: torch.Tensor) -> bool:
@@ -228,8 +363,9 @@ def _float32_without_autocast(compute, inputs: torch.Tensor) -> torch.Tensor:
 @cache
 def _warn_float32_under_bf16_autocast() -> None:
     logger.warning(
-        "This CPU has no fast bf16 matmul path (torch.backends.cpu.get_cpu_capability() = %s): under bf16 autocast "
-        "the S-LSTM layers keep their matmuls in float32, which is many times faster here.",
+        "This CPU has no fast bf16 matmul path (%s; CPU capability %s): under bf16 autocast the S-LSTM layers keep "
+        "their matmuls in float32.",
+        bf16_decision().reason,
         torch.backends.cpu.get_cpu_capability(),
     )
 

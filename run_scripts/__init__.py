@@ -13,12 +13,14 @@ edits).
   (`samplers.py`) and model card (`model_card.py`).
 - `utilities/`: tag raw text, export to ONNX, prepare data, rescore predictions, summarise a run, plot weighted sums,
   the most-frequent-tag baseline.
-- `benchmarks/`: measurements: speed (`benchmark_speed.py`, reported by `speed_report.py`), training throughput,
-  epochs, the CRF's share, kernel tiles, busy machines, feature-encoder cost, long documents, the docs' plots
-  (`docs_plots.py`), and the plain reference S-LSTM that the speed figures compare against. Shared: timing and memory
-  (`timing.py`), FLOP and byte counts (`flop_and_byte_counts.py`), device peaks and GEMM ceilings
-  (`machine_peaks.py`), workloads (`workloads.py`), the timed encoders and their variants (`timed_models.py`), a fresh
-  model and its optimizer (`fresh_model_and_optimizer.py`).
+- `benchmarks/`: measurements, one entry script each: speed (`benchmark_speed.py`), training throughput, epochs, the
+  CRF's share, kernel tiles, busy machines, feature-encoder cost, long documents, launch counts, and the docs' plots
+  (`docs_plots.py`). `benchmarks/support/` holds what they share: timing and memory (`timing.py`), FLOP and byte
+  counts (`flop_and_byte_counts.py`), device peaks and GEMM ceilings (`machine_peaks.py`), workloads
+  (`workloads.py`), the timed encoders and their variants (`timed_models.py`) with the plain reference S-LSTM that
+  the speed figures compare against (`reference_slstm.py`), a fresh model and its optimizer
+  (`fresh_model_and_optimizer.py`), operator counts (`launch_counts.py`), and the reports (`speed_report.py`,
+  `busy_machine_report.py`, `csv_tables.py`).
 """
 
 from pathlib import Path

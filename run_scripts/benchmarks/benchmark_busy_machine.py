@@ -20,11 +20,10 @@ OMP_NUM_THREADS or OMP_WAIT_POLICY in its environment. Thread settings (`--setti
 Printed: the CPU and its capability, then a markdown table of the median milliseconds per step over `--repeats`
 steps (after `--warmup` untimed ones; fewer, but at least 3, where a setting has taken `--max_seconds`), each with its
 ratio to `default` on the idle machine of the same run. With `--output_dir`, also `<name>.csv` (one row per machine
-state and setting) and `<name>.png` (the table as bars, `write_bar_plot`).
+state and setting) and `<name>.png` (the table as bars, `support/busy_machine_report.py`).
 """
 
 import contextlib
-import csv
 import json
 import os
 import random
@@ -42,8 +41,14 @@ from transformers import DataCollatorForTokenClassification
 from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.fresh_model_and_optimizer import trainer_optimizer
-from run_scripts.benchmarks.timing import machine_info
+from run_scripts.benchmarks.support.busy_machine_report import (
+    setting_name,
+    state_name,
+    write_bar_plot,
+    write_results_csv,
+)
+from run_scripts.benchmarks.support.fresh_model_and_optimizer import trainer_optimizer
+from run_scripts.benchmarks.support.timing import machine_info
 from run_scripts.training import data
 from run_scripts.training.arguments import check_choices, parse_arguments
 from run_scripts.training.tag_scheme_decisions import complete_span_labels
@@ -181,15 +186,6 @@ def spinning(cores: list[int]):
             spinner.wait()
 
 
-def state_name(busy: int) -> str:
-    return "idle" if busy == 0 else f"{busy} core{'s' if busy > 1 else ''} busy"
-
-
-def setting_name(setting: str) -> str:
-    names = {"default": "PyTorch default", "passive": "default, OMP_WAIT_POLICY=PASSIVE", "auto": "--threads auto"}
-    return names.get(setting, f"{setting} thread{'s' if setting != '1' else ''}")
-
-
 def main(argv=None) -> dict:
     args = parse_arguments(BusyMachineArguments, argv, description=__doc__)
     cores = sorted(os.sched_getaffinity(0))
@@ -226,66 +222,9 @@ def main(argv=None) -> dict:
     if args.output_dir:
         output_dir = Path(args.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
-        write_csv(results, output_dir / f"{args.name}.csv")
+        write_results_csv(results, output_dir / f"{args.name}.csv")
         write_bar_plot(results, output_dir / f"{args.name}.png")
     return results
-
-
-CSV_FIELDS = ["busy_cores", "setting", "median_ms", "steps", "threads"]
-
-
-def write_csv(results: dict, path: Path) -> None:
-    """One row per `(busy cores, setting)` of `results`: the median milliseconds per step, the timed steps and the
-    threads the setting ran with."""
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        for (busy, setting), result in results.items():
-            writer.writerow({"busy_cores": busy, "setting": setting, "median_ms": f"{result['median_s'] * 1000:.1f}",
-                             "steps": result["steps"], "threads": result["threads"]})  # fmt: skip
-
-
-def read_csv(path: Path) -> dict:
-    """The `results` of `write_csv`'s file: `{(busy cores, setting): {"median_s", "steps", "threads"}}`."""
-    with path.open(newline="") as handle:
-        return {
-            (int(row["busy_cores"]), row["setting"]): {
-                "median_s": float(row["median_ms"]) / 1000, "steps": int(row["steps"]), "threads": int(row["threads"])
-            }
-            for row in csv.DictReader(handle)
-        }  # fmt: skip
-
-
-def write_bar_plot(results: dict, path: Path) -> Path:
-    """Milliseconds per training step as grouped bars: one group per machine state, one bar (and colour) per thread
-    setting, `auto` labelled with the count it chose."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from run_scripts.benchmarks.speed_report import SERIES_COLORS, save_small_png
-
-    states = sorted({busy for busy, _ in results})
-    settings = list(dict.fromkeys(setting for _, setting in results))
-    width = 0.8 / len(settings)
-    figure, axis = plt.subplots(figsize=(7, 3.2))
-    for index, (setting, color) in enumerate(zip(settings, SERIES_COLORS, strict=False)):
-        present = [busy for busy in states if (busy, setting) in results]
-        heights = [results[busy, setting]["median_s"] * 1000 for busy in present]
-        offsets = [states.index(busy) + (index - (len(settings) - 1) / 2) * width for busy in present]
-        bars = axis.bar(offsets, heights, width, color=color, label=setting_name(setting))
-        if setting == "auto":
-            axis.bar_label(bars, [f"{results[busy, setting]['threads']}" for busy in present], fontsize=7)
-    axis.set_xticks(range(len(states)), [state_name(busy) for busy in states])
-    axis.set_ylabel("ms per training step")
-    axis.set_title("README demo model, one training step (lower is better; numbers: threads auto chose)", fontsize=8)
-    axis.legend(fontsize=7, ncols=2)
-    axis.grid(True, axis="y", alpha=0.3)
-    figure.tight_layout()
-    save_small_png(figure, path)
-    plt.close(figure)
-    return path
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ as `run_ner.py` draws them (`workloads.real_workload`). Writes `<name>.csv` and 
     python run_scripts/benchmarks/benchmark_crf_share.py --device cuda --data_dir ../shared/data --output_dir out
 """
 
-import csv
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -25,10 +24,11 @@ from pathlib import Path
 import torch
 
 from modeling_slstm.modeling_slstm import SLSTMForTokenClassification
-from run_scripts.benchmarks.speed_report import markdown_table
-from run_scripts.benchmarks.timed_models import VARIANTS, TimedModel, skip_reason, slstm_config
-from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
-from run_scripts.benchmarks.workloads import Workload, random_workload, real_workloads
+from run_scripts.benchmarks.support.csv_tables import write_csv
+from run_scripts.benchmarks.support.speed_report import markdown_table
+from run_scripts.benchmarks.support.timed_models import VARIANTS, TimedModel, skip_reason, slstm_config
+from run_scripts.benchmarks.support.timing import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.support.workloads import Workload, random_workload, real_workloads
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 CONLL_LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
@@ -151,10 +151,7 @@ def measure(workload: Workload, variant_key: str, device: torch.device, timing: 
 def write_report(rows: list[dict], machine: dict, command: str, output_dir: Path, name: str):
     output_dir.mkdir(parents=True, exist_ok=True)
     rows = [{"device_name": machine["device_name"], "torch": machine["torch"], **row} for row in rows]
-    with (output_dir / f"{name}.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()} for row in rows)
+    write_csv(rows, output_dir / f"{name}.csv", FIELDS)
     header = ["variant", "workload", *(f"{part} (ms)" for part in PARTS), "CRF share"]
     body = [
         [r["variant"], f"{r['data']} {r['batch']}×{r['length']} ({r['batches']} batches)"]

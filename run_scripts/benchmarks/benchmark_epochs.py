@@ -5,7 +5,7 @@ Table 7).
 
 Each run is one epoch of `run_classification.py` (movie review, the seeded 80/10/10 split of `--split_seed 42`) or
 `run_ner.py` (CoNLL-2003 NER train split, trained in BIOES) from a config of `hub_configs/` and its training recipe
-(Adam 1e-3, batch 10, length-grouped batches), with character features as `run_scripts/paper_runs.sh` trains them,
+(Adam 1e-3, batch 10, length-grouped batches), with character features as `run_scripts/paper_runs.py` trains them,
 bf16 autocast on a GPU, no evaluation and no checkpoints; the time is the Trainer's `train_runtime` (the epoch's
 steps; data preparation and saving are outside it). Word embeddings are the configs' own (300 dimensions, random):
 the pretrained-vector packages are not needed for a timing. `+compile-graphs` runs add transformers'
@@ -20,7 +20,6 @@ Writes `<name>.csv` and `<name>.md` after every run (a run stopped by `--run_tim
 training logs are `<output_dir>/<run>.log`.
 """
 
-import csv
 import json
 import subprocess
 import sys
@@ -32,7 +31,8 @@ from pathlib import Path
 import torch
 
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.speed_report import markdown_table
+from run_scripts.benchmarks.support.csv_tables import write_csv
+from run_scripts.benchmarks.support.speed_report import markdown_table
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 # The paper's seconds per training epoch (Zhang, Liu & Song 2018; one GTX 1080): S-LSTM and BiLSTM.
@@ -153,10 +153,7 @@ def report_lines(rows: list[dict], command: str) -> list[str]:
 
 
 def write_report(rows: list[dict], command: str, output_dir: Path, name: str):
-    with (output_dir / f"{name}.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()} for row in rows)
+    write_csv(rows, output_dir / f"{name}.csv", FIELDS)
     (output_dir / f"{name}.md").write_text("\n".join(report_lines(rows, command)) + "\n")
 
 

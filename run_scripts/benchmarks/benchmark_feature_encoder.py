@@ -26,9 +26,9 @@ from transformers import AutoConfig, AutoTokenizer, DataCollatorWithPadding
 
 from modeling_slstm import SLSTMForSequenceClassification, SLSTMTokenizer
 from modeling_slstm.tokenization_slstm import SUBWORD_INPUT_NAMES, build_word_tokenizer
-from run_scripts.benchmarks.fresh_model_and_optimizer import fresh_model
-from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
-from run_scripts.benchmarks.workloads import length_grouped_batches
+from run_scripts.benchmarks.support.fresh_model_and_optimizer import fresh_model
+from run_scripts.benchmarks.support.timing import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.support.workloads import length_grouped_batches
 from run_scripts.training import data
 from run_scripts.training.arguments import parse_arguments
 from run_scripts.training.feature_encoder import resolve_feature_encoder

@@ -10,7 +10,6 @@ as a ratio to the default tiling's, and writes `<name>.csv`.
     python run_scripts/benchmarks/benchmark_kernel_tiles.py --device cuda --output_dir out
 """
 
-import csv
 import statistics
 from dataclasses import asdict, dataclass, field
 from itertools import product
@@ -19,10 +18,11 @@ from pathlib import Path
 import torch
 
 from modeling_slstm import triton_kernels
-from run_scripts.benchmarks.speed_report import markdown_table
-from run_scripts.benchmarks.timed_models import VARIANTS, TimedModel
-from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
-from run_scripts.benchmarks.workloads import random_workload
+from run_scripts.benchmarks.support.csv_tables import write_csv
+from run_scripts.benchmarks.support.speed_report import markdown_table
+from run_scripts.benchmarks.support.timed_models import VARIANTS, TimedModel
+from run_scripts.benchmarks.support.timing import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.support.workloads import random_workload
 from run_scripts.training.arguments import parse_arguments
 
 FIELDS = ["device_name", "torch", "variant", "batch", "length", "values_per_tile", "max_block_h", "num_warps"]
@@ -99,10 +99,7 @@ def main():
         print("\n".join(markdown_table(FIELDS[3:], [[str(row[name]) for name in FIELDS[3:]] for row in shape_rows])))
         rows += shape_rows
     arguments.output_dir.mkdir(parents=True, exist_ok=True)
-    with open(arguments.output_dir / f"{arguments.name}.csv", "w", newline="") as file:
-        writer = csv.DictWriter(file, FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(rows, arguments.output_dir / f"{arguments.name}.csv", FIELDS)
 
 
 if __name__ == "__main__":

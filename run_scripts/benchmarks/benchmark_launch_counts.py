@@ -28,7 +28,7 @@ if not torch.cuda.is_available():  # before modeling_slstm is imported: Triton r
 
 from modeling_slstm.modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.launch_counts import count_launched_operators, short_name
+from run_scripts.benchmarks.support.launch_counts import count_launched_operators, short_name
 from run_scripts.training.arguments import ModelArguments, check_choices, parse_arguments
 from run_scripts.training.model_setup import load_fresh_config
 

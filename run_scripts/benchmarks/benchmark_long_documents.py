@@ -22,8 +22,8 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer, pipelin
 from modeling_slstm import SLSTMForTokenClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.fresh_model_and_optimizer import fresh_model
-from run_scripts.benchmarks.timing import Timing, machine_info, peak_memory_bytes, time_interleaved
+from run_scripts.benchmarks.support.fresh_model_and_optimizer import fresh_model
+from run_scripts.benchmarks.support.timing import Timing, machine_info, peak_memory_bytes, time_interleaved
 from run_scripts.training.arguments import parse_arguments
 
 CONFIG = REPOSITORY_ROOT / "hub_configs" / "slstm-ner-crf-small.json"

@@ -55,8 +55,8 @@ import torch
 
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.flop_and_byte_counts import step_bytes, step_flops
-from run_scripts.benchmarks.machine_peaks import (
+from run_scripts.benchmarks.support.flop_and_byte_counts import step_bytes, step_flops
+from run_scripts.benchmarks.support.machine_peaks import (
     apply_ceilings,
     apply_peaks,
     ceiling_calls,
@@ -67,7 +67,7 @@ from run_scripts.benchmarks.machine_peaks import (
     row_ceiling_dtypes,
     run_peaks,
 )
-from run_scripts.benchmarks.speed_report import (
+from run_scripts.benchmarks.support.speed_report import (
     MACHINE_FIELDS,
     comparison_tables,
     machine_line,
@@ -77,7 +77,7 @@ from run_scripts.benchmarks.speed_report import (
     read_runs,
     write_report,
 )
-from run_scripts.benchmarks.timed_models import (
+from run_scripts.benchmarks.support.timed_models import (
     GPU_SLSTM_VARIANTS,
     MODELS,
     PAPER_SLSTM,
@@ -87,8 +87,14 @@ from run_scripts.benchmarks.timed_models import (
     Variant,
     skip_reason,
 )
-from run_scripts.benchmarks.timing import Timing, machine_info, matmul_time_share, peak_memory_bytes, time_interleaved
-from run_scripts.benchmarks.workloads import CORPORA, RANDOM, Workload, random_workload, real_workloads
+from run_scripts.benchmarks.support.timing import (
+    Timing,
+    machine_info,
+    matmul_time_share,
+    peak_memory_bytes,
+    time_interleaved,
+)
+from run_scripts.benchmarks.support.workloads import CORPORA, RANDOM, Workload, random_workload, real_workloads
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 MODES = ("forward", "train")

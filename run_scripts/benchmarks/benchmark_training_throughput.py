@@ -38,9 +38,9 @@ from transformers import DataCollatorForTokenClassification
 
 from modeling_slstm import SLSTMForTokenClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
-from run_scripts.benchmarks.fresh_model_and_optimizer import fresh_model, trainer_optimizer
-from run_scripts.benchmarks.timing import Timing, machine_info, time_interleaved
-from run_scripts.benchmarks.workloads import length_grouped_batches
+from run_scripts.benchmarks.support.fresh_model_and_optimizer import fresh_model, trainer_optimizer
+from run_scripts.benchmarks.support.timing import Timing, machine_info, time_interleaved
+from run_scripts.benchmarks.support.workloads import length_grouped_batches
 from run_scripts.training import data
 from run_scripts.training.arguments import DataArguments, parse_arguments
 from run_scripts.training.samplers import TokenBudgetBatchSampler

@@ -3,8 +3,8 @@
 
 - `tokens_per_length.png`: training tokens/s against sentence length, S-LSTM and baselines, one panel per machine
   and precision (`speed_report.write_length_plot`), from every `speed_*.csv` and `quick_*.csv`;
-- `busy_machine.png`: the busy-machine table as bars (`benchmark_busy_machine.write_bar_plot`), from
-  `busy_machine*.csv`.
+- `busy_machine*.png`: each busy-machine table as bars (`busy_machine_report.write_bar_plot`), one plot per
+  `busy_machine*.csv`, named after it.
 
     python run_scripts/benchmarks/docs_plots.py
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks import benchmark_busy_machine, speed_report
+from run_scripts.benchmarks.support import busy_machine_report, speed_report
 from run_scripts.training.arguments import parse_arguments
 
 
@@ -32,11 +32,11 @@ def main(argv=None) -> list[Path]:
     source, output_dir = Path(args.benchmarks_dir), Path(args.output_dir or args.benchmarks_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     speed_files = sorted(source.glob("speed_*.csv")) + sorted(source.glob("quick_*.csv"))
-    rows = [row for path in speed_files for row in speed_report.read_csv(path)]
+    rows = [row for path in speed_files for row in speed_report.read_speed_csv(path)]
     written = [speed_report.write_length_plot(rows, output_dir / "tokens_per_length.png")]
     for path in sorted(source.glob("busy_machine*.csv")):
-        results = benchmark_busy_machine.read_csv(path)
-        written.append(benchmark_busy_machine.write_bar_plot(results, output_dir / f"{path.stem}.png"))
+        results = busy_machine_report.read_results_csv(path)
+        written.append(busy_machine_report.write_bar_plot(results, output_dir / f"{path.stem}.png"))
     for path in written:
         print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     return written

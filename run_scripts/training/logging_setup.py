@@ -40,11 +40,12 @@ def setup_logging(training_args: TrainingArguments, logger_names: tuple[str, ...
 
 
 def warn_if_bf16_is_slow(training_args: TrainingArguments) -> None:
-    """`--bf16` on a CPU without native bf16 (where autocast made matmuls 18-20x slower): the S-LSTM layers keep their
+    """`--bf16` on a CPU where bf16 matmuls are not faster than float32 (`cpu_matmul.bf16_decision`: emulated bf16,
+    many times slower; Intel's avx512_bf16 without AMX, about half float32's speed): the S-LSTM layers keep their
     matmuls in float32 there, but say so, and that training without `--bf16` is the better choice."""
     if training_args.bf16 and training_args.device.type == "cpu" and not cpu_matmul.cpu_has_fast_bf16():
         logger.warning(
-            "--bf16 on a CPU without native bf16 (torch.backends.cpu.get_cpu_capability() = "
-            f"{torch.backends.cpu.get_cpu_capability()}): bf16 autocast is many times slower than float32 here. The "
-            "S-LSTM layers keep their matmuls in float32, so this run gains nothing from --bf16; train without it."
+            f"--bf16 on a CPU whose bf16 matmuls are not faster than float32 ({cpu_matmul.bf16_decision().reason}; "
+            f"CPU capability {torch.backends.cpu.get_cpu_capability()}). The S-LSTM layers keep their matmuls in "
+            "float32, so this run gains nothing from --bf16; train without it."
         )

@@ -15,7 +15,8 @@ from helpers import markdown_rows
 
 from modeling_slstm import cpu_matmul
 from modeling_slstm.configuration_slstm import SLSTMConfig
-from run_scripts.benchmarks import benchmark_speed, flop_and_byte_counts, reference_slstm, timing, workloads
+from run_scripts.benchmarks import benchmark_speed
+from run_scripts.benchmarks.support import flop_and_byte_counts, reference_slstm, timing, workloads
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -209,7 +210,7 @@ def series_in_picture(path) -> tuple[tuple[int, int], int]:
     pixels, up to the small colour shifts of the PNG's reduced palette (a legend swatch alone covers fewer)."""
     from PIL import Image
 
-    from run_scripts.benchmarks.speed_report import SERIES_COLORS
+    from run_scripts.benchmarks.support.speed_report import SERIES_COLORS
 
     image = Image.open(path)
     pixels = np.asarray(image.convert("RGB")).astype(int)  # (height, width, 3)
@@ -246,3 +247,58 @@ def test_docs_pictures_show_every_model_and_setting_of_their_csvs(tmp_path):
         assert series_in_picture(folder / "tokens_per_length.png") == (size, len(series))
         assert series_in_picture(folder / "busy_machine_avx512_family25_2cores.png") == ((7 * 72, 230), len(settings))
         assert (folder / "tokens_per_length.png").stat().st_size < 40_000
+
+
+def test_benchmark_csvs_read_back_what_was_written(tmp_path):
+    """The one CSV reader against the rows that were written (floats to six digits) and against the csv module's own
+    reading of the committed files: busy-machine results, and a speed CSV that lacks the columns added since."""
+    from run_scripts.benchmarks.support import busy_machine_report, speed_report
+
+    results = {(0, "default"): {"median_s": 0.0384567891, "steps": 30, "threads": 2}}
+    results[1, "auto"] = {"median_s": 0.05, "steps": 3, "threads": 1}
+    busy_machine_report.write_results_csv(results, tmp_path / "busy.csv")
+    read = busy_machine_report.read_results_csv(tmp_path / "busy.csv")
+    assert read.keys() == results.keys()
+    for key, result in results.items():
+        assert read[key] == {**result, "median_s": pytest.approx(result["median_s"], rel=1e-5)}
+    committed = REPO / "docs" / "benchmarks" / "busy_machine_avx512_family25_2cores.csv"
+    with committed.open() as handle:
+        expected = {
+            (int(row["busy_cores"]), row["setting"]): (float(row["median_ms"]), int(row["steps"]), int(row["threads"]))
+            for row in csv.DictReader(handle)
+        }
+    read = busy_machine_report.read_results_csv(committed)
+    assert read.keys() == expected.keys()
+    for key, (median_ms, steps, threads) in expected.items():
+        assert (read[key]["median_s"] * 1000, read[key]["steps"], read[key]["threads"]) == (
+            pytest.approx(median_ms),
+            steps,
+            threads,
+        )
+
+    earlier = ["model", "variant", "batch", "length", "mode", "tokens_per_s"]
+    (tmp_path / "old.csv").write_text(",".join(earlier) + "\nslstm,fp32,32,128,train,1234.5\n")
+    (row,) = speed_report.read_speed_csv(tmp_path / "old.csv")
+    assert list(row) == speed_report.FIELDS
+    assert (row["model"], row["batch"], row["length"], row["tokens_per_s"]) == ("slstm", 32, 128, 1234.5)
+    assert row["data"] == "random" and row["step_implementation"] == "" and math.isnan(row["gflop"])
+
+
+def test_cpu_bf16_benchmark_tiny(tmp_path, capsys):
+    """The table of each setup, the package's own decision beside it, and that decision left as it was."""
+    from run_scripts.benchmarks import benchmark_cpu_bf16
+
+    before = cpu_matmul.bf16_decision()
+    tiny = ["--threads", "1", "--matmul_size", "32", "--batch", "2", "--length", "4", "--repeats", "1"]
+    tiny += ["--min_time", "0", "--max_repeats", "1", "--output_dir", str(tmp_path)]
+    threads = torch.get_num_threads()
+    try:
+        result = benchmark_cpu_bf16.main(tiny)
+    finally:
+        torch.set_num_threads(threads)
+    assert result["decision"] == before == cpu_matmul.bf16_decision()
+    assert list(result["matmul_seconds"]) == ["float32", "bf16"]
+    assert list(result["model_seconds"]) == [label for label, _, _ in benchmark_cpu_bf16.MODEL_SETUPS]
+    printed = capsys.readouterr().out
+    assert f"({before.reason})" in printed and "| bf16 autocast, float32 matmuls |" in printed
+    assert "| float32 |" in printed and (tmp_path / "cpu_bf16.md").read_text().strip() == printed.strip()

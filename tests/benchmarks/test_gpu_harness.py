@@ -20,16 +20,8 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from baselines import BaselineEncoderConfig
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
-from run_scripts.benchmarks import (
-    benchmark_crf_share,
-    benchmark_epochs,
-    benchmark_speed,
-    flop_and_byte_counts,
-    machine_peaks,
-    speed_report,
-    timed_models,
-    workloads,
-)
+from run_scripts.benchmarks import benchmark_crf_share, benchmark_epochs, benchmark_speed
+from run_scripts.benchmarks.support import flop_and_byte_counts, machine_peaks, speed_report, timed_models, workloads
 from run_scripts.training import gpu_batching
 
 REPO = Path(__file__).resolve().parents[2]

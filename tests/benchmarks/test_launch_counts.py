@@ -15,7 +15,7 @@ pytest.importorskip("triton")
 from modeling_slstm import triton_crf, triton_step  # noqa: F401 (their operators, registered before they are faked)
 from modeling_slstm.custom_operators import OPERATOR_NAMESPACE
 from run_scripts.benchmarks import benchmark_launch_counts
-from run_scripts.benchmarks.launch_counts import count_launched_operators
+from run_scripts.benchmarks.support.launch_counts import count_launched_operators
 
 BUDGETS = {
     # (task, batch x length): budget per implementation, today's counts, so that any regression fails. The fused path

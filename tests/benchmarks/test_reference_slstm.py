@@ -1,4 +1,4 @@
-"""The speed yardstick `run_scripts/benchmarks/reference_slstm.py` (a plain S-LSTM written from the equations)
+"""The speed yardstick `run_scripts/benchmarks/support/reference_slstm.py` (a plain S-LSTM written from the equations)
 computes what `SLSTMModel` computes: with the model's weights copied into it, on the paper configuration (window 1,
 one sentence node, the learned initial state), the same word and sentence states on a padded batch."""
 
@@ -6,7 +6,7 @@ import torch
 from helpers import pad, random_ids, randomize_
 
 from modeling_slstm import SLSTMConfig, SLSTMModel
-from run_scripts.benchmarks.reference_slstm import ReferenceSLSTM
+from run_scripts.benchmarks.support.reference_slstm import ReferenceSLSTM
 
 
 def reference_with_weights_of(model: SLSTMModel) -> ReferenceSLSTM:

@@ -334,7 +334,7 @@ launch and three matmuls per step backward, and the embeddings around them. Dete
 def fused_encoder_operator_count(batch: int, seq: int, device) -> int:
     """`count_launched_operators` of one training forward + backward of the NER configuration's encoder (at hidden 16: the
     count does not depend on it) through the fused step, gradients set to `None` before, as an optimizer does."""
-    from run_scripts.benchmarks.launch_counts import count_launched_operators
+    from run_scripts.benchmarks.support.launch_counts import count_launched_operators
 
     settings = json.loads((REPO / "hub_configs" / "slstm-ner-crf.json").read_text())
     settings = {name: value for name, value in settings.items() if name not in ("_comment", "training_recipe")}

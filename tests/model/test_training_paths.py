@@ -244,26 +244,6 @@ def test_checkpointing_test_detects_a_recompute_with_fresh_dropout_masks():
 # bf16 autocast
 
 
-@pytest.mark.parametrize(
-    "flags, onednn_bf16, fast",
-    [
-        ("avx2 fma", True, False),  # no bf16 instructions
-        ("avx512f avx512bw avx512vl avx512dq", True, False),  # AVX-512 that only emulates bf16
-        ("avx512f avx512bw avx512_bf16", True, True),
-        ("avx512f avx512bw avx512_bf16", False, False),  # no oneDNN bf16 path in this PyTorch
-        ("", True, True),  # no /proc/cpuinfo: PyTorch's check alone
-    ],
-)
-def test_fast_bf16_needs_bf16_instructions_and_onednn(monkeypatch, flags, onednn_bf16, fast):
-    monkeypatch.setattr(cpu_matmul, "cpu_flags", lambda: frozenset(flags.split()))
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn_bf16)
-    cpu_matmul._cpu_has_fast_bf16.cache_clear()
-    try:
-        assert cpu_matmul._cpu_has_fast_bf16() is fast
-    finally:
-        cpu_matmul._cpu_has_fast_bf16.cache_clear()
-
-
 @pytest.fixture
 def bf16_fast_path(request, monkeypatch):
     """Pretend the CPU has (True) or lacks (False) a fast bf16 matmul path, so that both code paths of `SLSTMLinear`

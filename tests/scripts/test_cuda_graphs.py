@@ -9,7 +9,7 @@ import torch
 from transformers import DataCollatorForTokenClassification, HfArgumentParser
 
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
-from run_scripts.benchmarks import workloads
+from run_scripts.benchmarks.support import workloads
 from run_scripts.training import gpu_batching
 from run_scripts.training.arguments import SLSTMTrainingArguments
 

@@ -6,13 +6,13 @@ A row is one model, variant, workload (`data`: random, or a corpus's real batche
 without losing which CPU kind a figure belongs to. Columns are only ever appended, so that older CSVs still read.
 """
 
-import csv
 import json
 import math
 from pathlib import Path
 
-from run_scripts.benchmarks.timed_models import PAPER_SLSTM, REFERENCE_SLSTM
-from run_scripts.benchmarks.workloads import RANDOM
+from run_scripts.benchmarks.support.csv_tables import read_csv, write_csv
+from run_scripts.benchmarks.support.timed_models import PAPER_SLSTM, REFERENCE_SLSTM
+from run_scripts.benchmarks.support.workloads import RANDOM
 
 MACHINE_FIELDS = ["device", "device_name", "cpu_capability", "native_bf16", "threads", "torch", "matmul_backend"]
 FIELDS = MACHINE_FIELDS + [
@@ -63,27 +63,10 @@ def matmul_share_text(row: dict) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def write_csv(rows: list[dict], path: Path):
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items() if k in FIELDS})
-
-
-def read_csv(path: Path) -> list[dict]:
-    """Rows of a CSV written by `write_csv`; columns that older runs did not write are empty (text) or NaN, and their
-    workloads random ones."""
-
-    def parse(key: str, value: str | None):
-        if key in TEXT_FIELDS:
-            return value or ""
-        if not value or value == "nan":  # not measured (write_csv writes a missing count as nan)
-            return float("nan")
-        return int(value) if key in INTEGER_FIELDS else float(value)
-
-    with path.open() as handle:
-        rows = [{key: parse(key, row.get(key)) for key in FIELDS} for row in csv.DictReader(handle)]
+def read_speed_csv(path: Path) -> list[dict]:
+    """Rows of a speed CSV (`write_csv` with `FIELDS`); columns that older runs did not write are empty (text) or NaN,
+    and their workloads random ones."""
+    rows = read_csv(path, FIELDS, TEXT_FIELDS, INTEGER_FIELDS)
     return [{**row, "data": row["data"] or RANDOM} for row in rows]
 
 
@@ -160,7 +143,7 @@ def comparison_tables(rows: list[dict]) -> list[str]:
     if versus_reference:
         lines += [
             "",
-            f"**`{PAPER_SLSTM}` vs the plain `{REFERENCE_SLSTM}` (`run_scripts/benchmarks/reference_slstm.py`)**",
+            f"**`{PAPER_SLSTM}` vs the plain `{REFERENCE_SLSTM}` (`run_scripts/benchmarks/support/reference_slstm.py`)**",
             "",
         ]
         header = ["variant", "mode", "batch×length", "package tokens/s", "reference tokens/s", "package / reference"]
@@ -460,7 +443,7 @@ def write_report(rows: list[dict], meta: dict, output_dir: Path, stem: str, plot
         "reference_comparison": reference_comparison(rows),
         "autocast_comparison": autocast_comparison(rows),
     }
-    write_csv(rows, output_dir / f"{stem}.csv")
+    write_csv(rows, output_dir / f"{stem}.csv", FIELDS)
     write_markdown(rows, meta, output_dir / f"{stem}.md")
     (output_dir / f"{stem}.json").write_text(json.dumps(meta, indent=2) + "\n")
     if plots and rows:
@@ -471,7 +454,7 @@ def read_runs(paths: list[Path]) -> tuple[list[dict], dict]:
     """Rows and merged metadata of earlier runs (`<name>.csv` with its `<name>.json`); per dtype the best ceiling."""
     rows, meta = [], {"command": [], "machines": [], "ceilings": {}}
     for path in paths:
-        rows += read_csv(path)
+        rows += read_speed_csv(path)
         part = json.loads(path.with_suffix(".json").read_text())
         meta["command"].append(part["command"])
         for machine in part.get("machines", [{k: part[k] for k in ("device_name", "threads", "torch") if k in part}]):

@@ -10,8 +10,8 @@ from torch import nn
 from baselines import BaselineEncoderConfig, BaselineModel
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from modeling_slstm.modeling_slstm import SLSTMModel
-from run_scripts.benchmarks.reference_slstm import ReferenceSLSTM
-from run_scripts.benchmarks.workloads import Workload
+from run_scripts.benchmarks.support.reference_slstm import ReferenceSLSTM
+from run_scripts.benchmarks.support.workloads import Workload
 
 VOCAB_SIZE = 10000
 PAPER_SLSTM = "slstm"

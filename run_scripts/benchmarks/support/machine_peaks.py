@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from modeling_slstm import cpu_matmul
-from run_scripts.benchmarks.timing import Timing, time_interleaved
+from run_scripts.benchmarks.support.timing import Timing, time_interleaved
 
 # Peak dense matmul FLOP/s per dtype (float32 without TF32, as PyTorch runs float32 matmuls by default) and memory
 # bandwidth, from NVIDIA's datasheets, keyed by a part of `torch.cuda.get_device_name()`; the longest matching key
