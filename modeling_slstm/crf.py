@@ -138,22 +138,23 @@ def _viterbi(
     """
     start, end, transitions = scores
     alpha = start + emissions[:, 0]  # (batch, L)
-    forward, best_previous = [alpha], []
+    forward = [alpha]
     for position in range(1, emissions.size(1)):
-        # max_i(alpha(i) + transitions[i, j] + e(j)) and its argmax, the lowest i on ties: (batch, L, L) -> (batch, L)
-        next_alpha, previous = (alpha.unsqueeze(2) + transitions + emissions[:, position].unsqueeze(1)).max(dim=1)
+        # max_i(alpha(i) + transitions[i, j] + e(j)): (batch, L, L) -> (batch, L). `amax` rather than `max`, whose
+        # indices take even a few tags through a CPU's thread pool, at every position: on a machine where another job
+        # keeps a core busy, each trip waits for that core.
+        next_alpha = (alpha.unsqueeze(2) + transitions + emissions[:, position].unsqueeze(1)).amax(dim=1)
         alpha = torch.where(mask[:, position, None], next_alpha, alpha)
         forward.append(alpha)
-        best_previous.append(previous)
-    # Backtrace from the best last tag, the lowest on ties; after the chain the tag stays its last one.
-    tag = (alpha + end).argmax(dim=1)  # (batch,)
-    path = [tag]
-    for position in range(emissions.size(1) - 1, 0, -1):
-        previous_tag = best_previous[position - 1].gather(1, tag.unsqueeze(1)).squeeze(1)  # (batch,)
-        tag = torch.where(mask[:, position], previous_tag, tag)
-        path.append(tag)
+    forward = torch.stack(forward, dim=1)  # (batch, seq, L)
+    # The best previous tag of each tag at every position at once, from the same sums: (batch, seq - 1, L, L) ->
+    # (batch, seq - 1, L), the lowest on ties; then the backtrace from the best last tag, the lowest on ties.
+    steps = (forward[:, :-1].unsqueeze(3) + transitions) + emissions[:, 1:].unsqueeze(2)
+    previous = nn.functional.pad(steps.max(dim=2).indices, (0, 0, 1, 0))  # (batch, seq, L), unread at position 0
+    last_tags = (alpha + end).argmax(dim=1)  # (batch,)
+    path = crf_parallel.backtrace(previous, mask, last_tags, rounds=(emissions.size(1) - 1).bit_length())
     backward = _backward_max_scores(emissions, mask, end, transitions) if with_backward else None
-    return torch.stack(path[::-1], dim=1), torch.stack(forward, dim=1), backward
+    return path, forward, backward
 
 
 def _backward_max_scores(

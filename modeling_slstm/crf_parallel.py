@@ -254,27 +254,36 @@ def _first_argmax_step(scores: torch.Tensor, transitions: torch.Tensor) -> torch
     return best_tags
 
 
-def _best_paths(
-    forward: torch.Tensor, end: torch.Tensor, transitions: torch.Tensor, mask: torch.Tensor, rounds: int
-) -> torch.Tensor:
-    """Viterbi paths (batch, seq) from the forward max scores (batch, seq, L), as `crf._viterbi` backtraces them.
+def backtrace(previous: torch.Tensor, mask: torch.Tensor, last_tags: torch.Tensor, rounds: int) -> torch.Tensor:
+    """Viterbi paths (batch, seq) from the best previous tag of each tag at each position, ``previous`` (batch, seq,
+    L) (unread at position 0), the chain ``mask`` (batch, seq) (the tag stays over masked positions) and the last tags
+    (batch,), as `crf._viterbi`'s sequential backtrace ``tag[p - 1] = previous[p][tag[p]]`` would follow them.
 
-    The backtrace ``tag[p - 1] = previous[p][tag[p]]`` is a composition of maps, computed by pointer jumping in
-    ``rounds`` >= log2(seq) steps. Ties go to the lowest tag, as in the sequential backtrace.
+    That backtrace is a composition of maps, computed here by pointer jumping in ``rounds`` >= log2(seq) steps: a few
+    operators whatever the length, rather than a few per position (each a round trip through a CPU's thread pool).
     """
-    batch, length, num_tags = forward.shape
-    tags = torch.arange(num_tags, device=forward.device).expand(batch, 1, num_tags)  # (batch, 1, L)
-    # Best previous tag of each tag at p, from the forward scores at p - 1 (meaningless at p = 0, which has none).
-    before = _shift_in(forward.new_zeros(batch, 1, num_tags), forward)  # (batch, seq, L)
-    previous = _first_argmax_step(before, transitions)  # (batch, seq, L)
+    batch, length, num_tags = previous.shape
+    tags = torch.arange(num_tags, device=previous.device).expand(batch, 1, num_tags)  # (batch, 1, L)
     # maps[p]: tag at p given the tag at p + 1 (given the last tag at the end).
     maps = _shift_out(torch.where(mask[..., None], previous, tags), tags)  # (batch, seq, L)
     for round_index in range(rounds):
         shift = 2**round_index
         later = torch.cat([maps, tags.expand(batch, shift, num_tags)], dim=1).narrow(1, shift, length)
         maps = maps.gather(2, later)  # maps[p] o maps[p + shift]
-    last_tags = (forward[:, -1] + end).argmax(dim=-1)  # (batch,)
     return maps.gather(2, last_tags[:, None, None].expand(batch, length, 1)).squeeze(2)
+
+
+def _best_paths(
+    forward: torch.Tensor, end: torch.Tensor, transitions: torch.Tensor, mask: torch.Tensor, rounds: int
+) -> torch.Tensor:
+    """Viterbi paths (batch, seq) from the forward max scores (batch, seq, L), as `crf._viterbi` backtraces them
+    (`backtrace`). Ties go to the lowest tag, as in the sequential backtrace."""
+    batch, _, num_tags = forward.shape
+    # Best previous tag of each tag at p, from the forward scores at p - 1 (meaningless at p = 0, which has none).
+    before = _shift_in(forward.new_zeros(batch, 1, num_tags), forward)  # (batch, seq, L)
+    previous = _first_argmax_step(before, transitions)  # (batch, seq, L)
+    last_tags = (forward[:, -1] + end).argmax(dim=-1)  # (batch,)
+    return backtrace(previous, mask, last_tags, rounds)
 
 
 def log_partition(emissions: torch.Tensor, mask: torch.Tensor, scores: tuple[torch.Tensor, ...]) -> torch.Tensor:

@@ -1,12 +1,16 @@
 #!/usr/bin/env python
-"""One training step of the README demo's model on an idle and on a busy machine, for several thread settings.
+"""One training step (or one `pipeline("token-classification")` call) of the README demo's model on an idle and on a
+busy machine, for several thread settings.
 
     python run_scripts/benchmarks/benchmark_busy_machine.py
+    python run_scripts/benchmarks/benchmark_busy_machine.py --workload pipeline --busy_cores 0 1 --settings default 1
 
 The demo's model (hub_configs/slstm-ner-crf-small.json: character CNN, CRF, hidden 100, 4 steps, random 50-d word
-vectors over a `--vocabulary_size`-word vocabulary, the 21 IOB2 labels of WNUT-16) trains on one batch of
-`--sentences` random sentences of `--words` words (the demo's batch size, about a WNUT-16 tweet) with the Trainer's
-optimizer (fused AdamW) and the demo's gradient clipping (3.0). A busy core is another process spinning in a Python
+vectors over a `--vocabulary_size`-word vocabulary, the 21 IOB2 labels of WNUT-16). `--workload training` (the
+default): it trains on one batch of `--sentences` random sentences of `--words` words (the demo's batch size, about a
+WNUT-16 tweet) with the Trainer's optimizer (fused AdamW) and the demo's gradient clipping (3.0). `--workload
+pipeline`: `pipeline("token-classification")` tags one text of `--document_words` random words (a long document, read
+whole), the model in evaluation mode. A busy core is another process spinning in a Python
 loop, pinned to a core of its own (the last usable cores first). Each pair of machine state and thread setting runs
 in a fresh Python process (thread pools belong to a process) started while the spinners run, without
 OMP_NUM_THREADS or OMP_WAIT_POLICY in its environment. Thread settings (`--settings`):
@@ -17,8 +21,8 @@ OMP_NUM_THREADS or OMP_WAIT_POLICY in its environment. Thread settings (`--setti
 - `auto`: `--threads auto` of the training scripts (run_scripts/training/threads.py), measured in that process while
   the spinners run; the table names the count it chose.
 
-Printed: the CPU and its capability, then a markdown table of the median milliseconds per step over `--repeats`
-steps (after `--warmup` untimed ones; fewer, but at least 3, where a setting has taken `--max_seconds`), each with its
+Printed: the CPU and its capability, then a markdown table of the median milliseconds per step (or call) over
+`--repeats` steps (after `--warmup` untimed ones; fewer, but at least 3, where a setting has taken `--max_seconds`), each with its
 ratio to `default` on the idle machine of the same run. With `--output_dir`, also `<name>.csv` (one row per machine
 state and setting) and `<name>.png` (the table as bars, `support/busy_machine_report.py`).
 """
@@ -36,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import DataCollatorForTokenClassification
+from transformers import DataCollatorForTokenClassification, pipeline
 
 from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
@@ -67,6 +71,7 @@ WNUT_TYPES = [
     "tvshow",
 ]
 NAMED_SETTINGS = ["default", "passive", "auto"]
+WORKLOADS = ["training", "pipeline"]
 
 
 @dataclass
@@ -82,6 +87,11 @@ class BusyMachineArguments:
     config_name: str = field(
         default=str(REPOSITORY_ROOT / "hub_configs" / "slstm-ner-crf-small.json"), metadata={"help": "the model"}
     )
+    workload: str = field(
+        default="training",
+        metadata={"help": "what is timed: a training step (training) or a pipeline('token-classification') call"},
+    )
+    document_words: int = field(default=2000, metadata={"help": "words of the text the pipeline workload tags"})
     sentences: int = field(default=10, metadata={"help": "sentences per batch (the demo's batch size)"})
     words: int = field(default=22, metadata={"help": "words per sentence"})
     vocabulary_size: int = field(default=10000, metadata={"help": "words of the random vocabulary"})
@@ -95,6 +105,7 @@ class BusyMachineArguments:
     name: str = field(default="busy_machine", metadata={"help": "file name stem of the CSV and the plot"})
 
     def __post_init__(self):
+        check_choices("workload", self.workload, WORKLOADS)
         for setting in self.settings:
             if not setting.isdigit():
                 check_choices("settings", setting, NAMED_SETTINGS)
@@ -120,44 +131,75 @@ def demo_batch(args: BusyMachineArguments) -> tuple[dict, list[str], object]:
     return DataCollatorForTokenClassification(tokenizer)(examples), labels, tokenizer
 
 
-def time_training_steps(arguments: dict, setting: str) -> dict:
-    """Median seconds of one training step under `setting` in this process, with the thread count it ran with."""
-    args = BusyMachineArguments(**arguments)
-    if setting not in ("default", "passive"):
-        apply_thread_setting(setting)
-    batch, labels, tokenizer = demo_batch(args)
+def demo_model(args: BusyMachineArguments, labels: list[str], tokenizer) -> SLSTMForTokenClassification:
+    """The demo's model over `labels` and `tokenizer`'s vocabulary, drawn with `--seed`."""
     config = SLSTMConfig.from_json_file(args.config_name)
     config.num_labels = len(labels)
     config.id2label = dict(enumerate(labels))
     config.label2id = {label: index for index, label in enumerate(labels)}
     update_config_from_tokenizer(config, tokenizer)
     torch.manual_seed(args.seed)
-    model = SLSTMForTokenClassification(config).train()
-    optimizer = trainer_optimizer(model)
+    return SLSTMForTokenClassification(config)
+
+
+def median_seconds(call, args: BusyMachineArguments) -> dict:
+    """Median seconds of `call()` over `--repeats` timed calls after `--warmup` untimed ones (fewer, but at least 3,
+    once `--max_seconds` have passed), with the calls timed and this process's thread count."""
     seconds = []
     started = time.perf_counter()
     for step in range(args.warmup + args.repeats):
         if len(seconds) >= min(3, args.repeats) and time.perf_counter() - started > args.max_seconds:
             break
         start = time.perf_counter()
-        model(**batch).loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 3.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        call()
         if step >= args.warmup:
             seconds.append(time.perf_counter() - start)
     return {"median_s": statistics.median(seconds), "steps": len(seconds), "threads": torch.get_num_threads()}
 
 
+def time_training_steps(args: BusyMachineArguments) -> dict:
+    """`median_seconds` of one training step of the demo's model on `demo_batch`."""
+    batch, labels, tokenizer = demo_batch(args)
+    model = demo_model(args, labels, tokenizer).train()
+    optimizer = trainer_optimizer(model)
+
+    def training_step():
+        model(**batch).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 3.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return median_seconds(training_step, args)
+
+
+def time_pipeline_calls(args: BusyMachineArguments) -> dict:
+    """`median_seconds` of `pipeline("token-classification")` with the demo's model on one text of
+    `--document_words` words of `demo_batch`'s vocabulary."""
+    _, labels, tokenizer = demo_batch(args)
+    model = demo_model(args, labels, tokenizer).eval()
+    words = [word for word in tokenizer.get_vocab() if word.isalpha() and word.islower()]
+    text = " ".join(random.Random(args.seed).choices(sorted(words), k=args.document_words))
+    tagger = pipeline("token-classification", model=model, tokenizer=tokenizer)
+    return median_seconds(lambda: tagger(text), args)
+
+
+def time_workload(arguments: dict, setting: str) -> dict:
+    """`--workload`'s median seconds under thread `setting` in this process (see `median_seconds`)."""
+    args = BusyMachineArguments(**arguments)
+    if setting not in ("default", "passive"):
+        apply_thread_setting(setting)
+    return time_pipeline_calls(args) if args.workload == "pipeline" else time_training_steps(args)
+
+
 def run_in_fresh_process(args: BusyMachineArguments, setting: str) -> dict:
-    """`time_training_steps` in a new Python process, whose environment sets no thread count or wait policy."""
+    """`time_workload` in a new Python process, whose environment sets no thread count or wait policy."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS")}
     env["TOKENIZERS_PARALLELISM"] = "false"
     if setting == "passive":
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     code = (
-        "import json, sys; from run_scripts.benchmarks.benchmark_busy_machine import time_training_steps; "
-        "print(json.dumps(time_training_steps(json.loads(sys.argv[1]), sys.argv[2])))"
+        "import json, sys; from run_scripts.benchmarks.benchmark_busy_machine import time_workload; "
+        "print(json.dumps(time_workload(json.loads(sys.argv[1]), sys.argv[2])))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code, json.dumps(asdict(args)), setting],
@@ -189,6 +231,7 @@ def spinning(cores: list[int]):
 def main(argv=None) -> dict:
     args = parse_arguments(BusyMachineArguments, argv, description=__doc__)
     cores = sorted(os.sched_getaffinity(0))
+    load_before = os.getloadavg()[0]  # other jobs of a shared machine, beside the spinners
     started = time.perf_counter()
     results = {}
     for busy in args.busy_cores:
@@ -200,7 +243,9 @@ def main(argv=None) -> dict:
     print(
         f"{info['cpu']}, CPU capability {info['cpu_capability']}, torch {info['torch']}, {len(cores)} usable cores"
         + (f", PyTorch's default {default_threads[0]} threads" if default_threads else "")
-        + f"; median of {min(r['steps'] for r in results.values())} to {args.repeats} steps, "
+        + f"; {args.workload}: median of {min(r['steps'] for r in results.values())} to {args.repeats} "
+        + (f"calls on a {args.document_words}-word text, " if args.workload == "pipeline" else "steps, ")
+        + f"1-minute load average {load_before:.1f} before the run, "
         f"{time.perf_counter() - started:.0f} s in all"
     )
     baseline = results.get((0, "default"))
@@ -223,7 +268,8 @@ def main(argv=None) -> dict:
         output_dir = Path(args.output_dir)
         output_dir.mkdir(parents=True, exist_ok=True)
         write_results_csv(results, output_dir / f"{args.name}.csv")
-        write_bar_plot(results, output_dir / f"{args.name}.png")
+        if args.workload == "training":  # the plot's axis and title name the training step
+            write_bar_plot(results, output_dir / f"{args.name}.png")
     return results
 
 

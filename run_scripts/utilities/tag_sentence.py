@@ -6,6 +6,11 @@
 
 The model loads with `trust_remote_code=True` from the code files saved next to it. Sentences are typed as a person
 writes them: the tokenizer splits words and punctuation the way CoNLL data is split (see `SLSTMTokenizer`).
+
+`--threads` (as in the training scripts, run_scripts/training/threads.py): `auto`, the default, runs PyTorch with as
+many threads as there are idle cores (at most its default, one per physical core), so that tagging a long text does
+not wait at every parallel operator for a core another job keeps busy; a number forces that many. In your own code,
+call `torch.set_num_threads` before the pipeline (docs/benchmarks.md, "Inference on a busy machine", has the figures).
 """
 
 from dataclasses import dataclass, field
@@ -13,12 +18,22 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
 from run_scripts.training.arguments import parse_arguments
+from run_scripts.training.threads import apply_thread_setting, parse_thread_setting
 
 
 @dataclass
 class TagArguments:
     model_dir: str = field(metadata={"help": "folder of a saved token classifier (e.g. run_ner.py's --output_dir)"})
     sentences: list[str] = field(metadata={"help": "one or more sentences, each one quoted argument"})
+    threads: str = field(
+        default="auto",
+        metadata={
+            "help": "PyTorch threads: 'auto' (as many as there are idle cores, at most PyTorch's default) or a number"
+        },
+    )
+
+    def __post_init__(self):
+        parse_thread_setting(self.threads)  # a clear error before the model loads
 
 
 def tag(model_dir: str, sentences: list[str]):
@@ -33,6 +48,7 @@ def tag(model_dir: str, sentences: list[str]):
 
 def main(argv=None):
     args = parse_arguments(TagArguments, argv, description=__doc__)
+    apply_thread_setting(args.threads)
     for sentence, entities in zip(args.sentences, tag(args.model_dir, args.sentences)):
         print(f"\n{sentence}")
         if not entities:

@@ -179,6 +179,32 @@ def test_agrees_with_pytorch_crf(recursions):
     assert [row[row != IGNORE_INDEX].tolist() for row in decoded] == reference.decode(emissions, mask)
 
 
+@pytest.mark.parametrize("moves", ["random", "cyclic"])
+def test_long_sentences_decode_as_pytorch_crf_backtraces_them(moves):
+    # The plain loops backtrace all positions at once (pointer jumping over 2**9 positions here); pytorch-crf walks
+    # back position by position. Left padding for the loops, the same chains right-padded for pytorch-crf. Random
+    # moves' backtraces soon merge whatever the tag they start from; cyclic ones (tag i + 1 after tag i, all else
+    # costly) never do, so every position's tag depends on the whole backtrace.
+    torchcrf = pytest.importorskip("torchcrf")
+    num_tags, length = 21, 300
+    crf = random_crf(num_tags, seed=16)
+    if moves == "cyclic":
+        with torch.no_grad():
+            crf.transitions.fill_(-10.0)
+            crf.transitions[torch.arange(num_tags), (torch.arange(num_tags) + 1) % num_tags] = 0.0
+    reference = torchcrf.CRF(num_tags, batch_first=True)
+    reference.load_state_dict(crf.state_dict())
+    lengths = torch.tensor([300, 257, 129, 1])
+    emissions = torch.randn(len(lengths), length, num_tags, generator=torch.Generator().manual_seed(16))
+    emissions *= 0.1 if moves == "cyclic" else 2.0  # small beside the cycle's moves: the best path follows it
+    right_padded = torch.arange(length) < lengths[:, None]
+    left_padded = right_padded.flip(1)
+    shifted = torch.stack([row.roll(int(n) - length, dims=0) for row, n in zip(emissions, lengths)])  # chains left
+    decoded = crf.decode(emissions, left_padded)
+    expected = reference.decode(shifted, right_padded)
+    assert [row[row != IGNORE_INDEX].tolist() for row in decoded] == expected
+
+
 def test_masks_with_left_padding_and_holes_agree_with_pytorch_crf_on_the_chain(recursions):
     # pytorch-crf needs masks that start with 1 and have no holes: it gets each chain moved to the front.
     torchcrf = pytest.importorskip("torchcrf")

@@ -37,7 +37,7 @@ def kernel_device() -> tuple[torch.device | None, str]:
         return CPU, ""
     if torch.cuda.is_available():
         return torch.device("cuda"), ""
-    return None, "the kernels are compiled in this process (TRITON_INTERPRET unset) and there is no CUDA GPU"
+    return None, "the kernels are compiled in this process (TRITON_INTERPRET is not 1) and there is no CUDA GPU"
 
 
 DEVICE, NO_DEVICE_REASON = kernel_device()

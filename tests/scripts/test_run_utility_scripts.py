@@ -118,6 +118,21 @@ DOCUMENTED_TEST_SCORES = {
 }
 
 
+def test_tag_sentence_takes_its_threads_before_tagging(tmp_path, monkeypatch):
+    """`--threads N` sets PyTorch's thread count before the pipeline runs (a long text on a machine with a busy core
+    is many times faster with the threads that are free: docs/benchmarks.md); a value that is neither `auto` nor a
+    positive number is refused before the model loads."""
+    from run_scripts.utilities import tag_sentence
+
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda threads: calls.append(("threads", threads)))
+    monkeypatch.setattr(tag_sentence, "tag", lambda *args: calls.append("tag") or [[] for _ in args[1]])
+    tag_sentence.main(["--model_dir", str(tmp_path), "--sentences", "John lives in Paris .", "--threads", "1"])
+    assert calls == [("threads", 1), "tag"]
+    with pytest.raises(ValueError, match="--threads must be 'auto' or a positive number of threads, got '0'"):
+        tag_sentence.main(["--model_dir", str(tmp_path), "--sentences", "John", "--threads", "0"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tag_scheme", [None, "bioes"])
 def test_tag_sentence_prints_the_entities_of_a_trained_tagger(tmp_path, monkeypatch, capsys, tag_scheme):
