@@ -249,16 +249,16 @@ def test_launchers_take_parameters_and_masks_in_any_layout():
 
 @needs_kernels
 @pytest.mark.parametrize("bad_tag", [3, -1])
-def test_out_of_range_tags_make_the_sentence_nan_when_values_are_not_checked(bad_tag, monkeypatch):
-    # Where the forward methods do not read values (GPU tensors, traced graphs), the loops fail on a tag outside
-    # [0, num_tags) at a chain position; the kernels, which cannot raise without waiting for the device, make that
-    # sentence's loss and gradients NaN. The other sentences, and any tag at masked positions, are unaffected.
-    monkeypatch.setattr(crf_module, "values_are_cheap_to_check", lambda tensor: False)
+def test_out_of_range_tags_make_the_sentence_nan_in_the_kernels(bad_tag):
+    # The forward methods read no values beforehand (a host sync): the loops fail on a tag outside [0, num_tags) at a
+    # chain position, in an indexing that the CRF names; the kernels, which cannot raise without waiting for the
+    # device, make that sentence's loss and gradients NaN. The other sentences, and any tag at masked positions, are
+    # unaffected.
     crf, inputs = random_crf_over_every_mask(3, seed=11)
     inputs["tags"][0, 2] = bad_tag  # a chain position of sentence 0 (all positions)
     inputs["tags"][1, 4] = bad_tag  # a masked position of sentence 1
     emissions, tags, mask = inputs.values()
-    with pytest.raises((IndexError, RuntimeError), match="out of bounds"):
+    with pytest.raises(ValueError, match=r"tags at unmasked positions must be in \[0, 3\)"):
         crf.log_likelihood(emissions, tags, mask, implementation="eager")
     expected = crf.log_likelihood(emissions[1:], tags[1:], mask[1:], implementation="eager")
     crf, inputs = on_device(crf, inputs, DEVICE)
