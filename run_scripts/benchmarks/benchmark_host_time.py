@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
 
+import datasets
 import torch
+import transformers
 
 os.environ["TRITON_INTERPRET"] = "1"  # before modeling_slstm is imported: Triton reads it when it decorates kernels
 
@@ -293,11 +295,24 @@ def trainer_step_seconds(
             mock.patch.object(script, "SLSTMTrainer", TimedTrainer),
             mock.patch.object(sys, "argv", ["", *argv]),
             redirect_stdout(sys.stderr),  # the run's metrics: stdout keeps the table
+            library_log_levels_kept(),
         ):
             script.main()
     steps = [later - earlier for earlier, later in zip(clock.step_ends, clock.step_ends[1:])][args.warmup :]
     work = clock.step_work[1:][args.warmup :]
     return steps, [step - step_work for step, step_work in zip(steps, work, strict=True)]
+
+
+@contextmanager
+def library_log_levels_kept():
+    """The log levels of `transformers` and `datasets` as they were before, after a training script run in this
+    process has set them for its own (`--log_level error`): the caller's warnings are not silenced."""
+    levels = transformers.utils.logging.get_verbosity(), datasets.utils.logging.get_verbosity()
+    try:
+        yield
+    finally:
+        transformers.utils.logging.set_verbosity(levels[0])
+        datasets.utils.logging.set_verbosity(levels[1])
 
 
 def measure(task: str, model: str, shape: str, args: HostTimeArguments) -> dict:
