@@ -231,6 +231,30 @@ def test_empty_sentences_and_words_are_clear_errors(tokenizer, text, is_split_in
         tokenizer(text, is_split_into_words=is_split_into_words)
 
 
+@pytest.mark.parametrize(
+    "text, text_pair, side, faulty, message",
+    [
+        (["a", ""], ["b"], "first", ["a", ""], "has an empty word at position 1"),
+        (["a"], ["b", ""], "second", ["b", ""], "has an empty word at position 1"),
+        ([["a"], ["c"]], [["b"], ["", "d"]], "second", ["", "d"], "has an empty word at position 0"),
+        ([["a"], ["c"]], [["b"], []], "second", [], "is empty: with is_split_into_words=True"),
+    ],
+)
+def test_a_pre_split_pair_with_an_empty_word_is_an_error_naming_its_side(
+    tokenizer, text, text_pair, side, faulty, message
+):
+    """Either side of a pair is checked as a single sentence is, and the message says which side holds the fault."""
+    with pytest.raises(ValueError, match=message):  # the faulty sentence alone
+        tokenizer(faulty, is_split_into_words=True)
+    batched = isinstance(text[0], list)
+    index = 1 if batched else 0
+    argument = {"first": "text", "second": "text_pair"}[side]
+    expected = rf"^The {side} sentence \({argument}\) of pair {index} {message}"
+    for encode in (tokenizer, tokenizer.encode):
+        with pytest.raises(ValueError, match=expected):
+            encode(text, text_pair, is_split_into_words=True)
+
+
 def test_empty_training_word_is_rejected():
     with pytest.raises(ValueError, match="Sentence 1 has an empty word at position 0"):
         build_word_tokenizer([["a"], ["", "b"]])
