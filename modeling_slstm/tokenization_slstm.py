@@ -31,6 +31,11 @@ How text is split into words:
   8. a run of periods or of hyphens: `...`, `--`;
   9. any other single character (punctuation, symbols): `,` `.` `(` `$` `%` `"` `<`.
 
+  A word never ends inside a grapheme (a character as the reader sees it, Unicode UAX #29): every match takes the
+  rest of the grapheme it ends in, so an emoji is one word with its variation selector, skin tone or zero-width
+  joiners (`❤️`, `👍🏽`, `👩‍🔬`), a flag's two regional indicators are one word (`🇨🇳`), and a combining accent stays
+  on its letter, in a hashtag too (`#café` written with U+0301).
+
   So "Just landed in New York, heading to Madison Square Garden." gives `Just landed in New York , heading to
   Madison Square Garden .`, and "York's" gives `York 's`. A final period is split off every other word (`York.`
   gives `York .`), single initials included (`J.` gives `J .`), since a capital and a period also end sentences
@@ -81,18 +86,26 @@ _UNLIMITED_VOCAB_SIZE = 2**63 - 1
 
 _CLITIC = r"'(?:[sSdDmM]|re|RE|ve|VE|ll|LL)(?!\p{L})"
 _WORD_CHARACTER = r"[\p{L}\p{M}\p{N}]"
-WORD_PATTERN = "|".join(
-    [
-        r"(?:https?://|www\.)\S+?(?=[.,;:!?)\]\"']*$)",
-        r"[@#][\p{L}\p{N}_]+",
-        r"(?:\p{L}\.){2,}",
-        r"(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp)\.",
-        r"\p{N}+(?:[.,:/]\p{N}+)+",
-        rf"[\p{{L}}\p{{N}}]{_WORD_CHARACTER}*(?:(?:[-&.]|'(?!{_CLITIC[1:]})){_WORD_CHARACTER}+)*",
-        _CLITIC,
-        r"\.{2,}|-{2,}",
-        r"\S",
-    ]
+# `\Y` is Oniguruma's "not at a grapheme boundary" (Unicode UAX #29), so this takes the rest of the grapheme a match
+# ends in.
+_REST_OF_GRAPHEME = r"(?:\Y.)*"
+WORD_PATTERN = (
+    "(?:"
+    + "|".join(
+        [
+            r"(?:https?://|www\.)\S+?(?=[.,;:!?)\]\"']*$)",
+            r"[@#][\p{L}\p{N}_]+",
+            r"(?:\p{L}\.){2,}",
+            r"(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp)\.",
+            r"\p{N}+(?:[.,:/]\p{N}+)+",
+            rf"[\p{{L}}\p{{N}}]{_WORD_CHARACTER}*(?:(?:[-&.]|'(?!{_CLITIC[1:]})){_WORD_CHARACTER}+)*",
+            _CLITIC,
+            r"\.{2,}|-{2,}",
+            r"\S",
+        ]
+    )
+    + ")"
+    + _REST_OF_GRAPHEME
 )
 """The raw-text word rule (see the module docstring), applied to each whitespace-separated chunk."""
 
