@@ -31,6 +31,11 @@ How text is split into words:
   8. a run of periods or of hyphens: `...`, `--`;
   9. any other single character (punctuation, symbols): `,` `.` `(` `$` `%` `"` `<`.
 
+  A word never ends inside a grapheme (a character as the reader sees it, Unicode UAX #29): every match takes the
+  rest of the grapheme it ends in, so an emoji is one word with its variation selector, skin tone or zero-width
+  joiners (`❤️`, `👍🏽`, `👩‍🔬`), a flag's two regional indicators are one word (`🇨🇳`), and a combining accent stays
+  on its letter, in a hashtag too (`#café` written with U+0301).
+
   So "Just landed in New York, heading to Madison Square Garden." gives `Just landed in New York , heading to
   Madison Square Garden .`, and "York's" gives `York 's`. A final period is split off every other word (`York.`
   gives `York .`), single initials included (`J.` gives `J .`), since a capital and a period also end sentences
@@ -81,18 +86,26 @@ _UNLIMITED_VOCAB_SIZE = 2**63 - 1
 
 _CLITIC = r"'(?:[sSdDmM]|re|RE|ve|VE|ll|LL)(?!\p{L})"
 _WORD_CHARACTER = r"[\p{L}\p{M}\p{N}]"
-WORD_PATTERN = "|".join(
-    [
-        r"(?:https?://|www\.)\S+?(?=[.,;:!?)\]\"']*$)",
-        r"[@#][\p{L}\p{N}_]+",
-        r"(?:\p{L}\.){2,}",
-        r"(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp)\.",
-        r"\p{N}+(?:[.,:/]\p{N}+)+",
-        rf"[\p{{L}}\p{{N}}]{_WORD_CHARACTER}*(?:(?:[-&.]|'(?!{_CLITIC[1:]})){_WORD_CHARACTER}+)*",
-        _CLITIC,
-        r"\.{2,}|-{2,}",
-        r"\S",
-    ]
+# `\Y` is Oniguruma's "not at a grapheme boundary" (Unicode UAX #29), so this takes the rest of the grapheme a match
+# ends in.
+_REST_OF_GRAPHEME = r"(?:\Y.)*"
+WORD_PATTERN = (
+    "(?:"
+    + "|".join(
+        [
+            r"(?:https?://|www\.)\S+?(?=[.,;:!?)\]\"']*$)",
+            r"[@#][\p{L}\p{N}_]+",
+            r"(?:\p{L}\.){2,}",
+            r"(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp)\.",
+            r"\p{N}+(?:[.,:/]\p{N}+)+",
+            rf"[\p{{L}}\p{{N}}]{_WORD_CHARACTER}*(?:(?:[-&.]|'(?!{_CLITIC[1:]})){_WORD_CHARACTER}+)*",
+            _CLITIC,
+            r"\.{2,}|-{2,}",
+            r"\S",
+        ]
+    )
+    + ")"
+    + _REST_OF_GRAPHEME
 )
 """The raw-text word rule (see the module docstring), applied to each whitespace-separated chunk."""
 
@@ -115,7 +128,7 @@ def _validated_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[st
                 f"Expected each training sentence to be a sequence of words, got the string {sentence!r} at index "
                 f"{index}; split it into words first."
             )
-        _check_words(sentence, index)
+        _check_words(sentence, f"Sentence {index}")
     if not any(len(sentence) for sentence in sentences):
         raise ValueError(
             f"Cannot build a tokenizer from empty training data: got {len(sentences)} sentences and no words."
@@ -123,36 +136,44 @@ def _validated_sentences(sentences: Iterable[Sequence[str]]) -> list[Sequence[st
     return sentences
 
 
-def _check_words(words: Sequence[str], sentence_index: int) -> None:
-    """Raises a `ValueError` naming the sentence and position of the first empty word of `words`."""
+def _check_words(words: Sequence[str], sentence_name: str) -> None:
+    """Raises a `ValueError` naming the sentence (`sentence_name`, e.g. "Sentence 3") and the position of the first
+    empty word of `words`."""
     for position, word in enumerate(words):
         if not word:
             raise ValueError(
-                f"Sentence {sentence_index} has an empty word at position {position}: every word needs at least one "
-                f"character (got the words {list(words)!r})."
+                f"{sentence_name} has an empty word at position {position}: every word needs at least one character "
+                f"(got the words {list(words)!r})."
             )
 
 
-def _check_pre_split_sentences(sentences: Sequence) -> None:
+def _check_pre_split_sentences(sentences: Sequence, pair_side: str | None = None) -> None:
     """Raises a clear `ValueError` for a pre-split sentence that is a string, has no words or has an empty word,
-    naming the sentence (its index in the batch), instead of letting the backend drop the empty words silently.
+    naming the sentence (its index in the batch, and its side of a pair), instead of letting the backend drop the
+    empty words silently.
 
     Args:
         sentences (`Sequence`):
             A batch of sentences given with `is_split_into_words=True`, each a list of words.
+        pair_side (`str`, *optional*):
+            For the sentences of pairs, which side they are: `"first"` (`text`) or `"second"` (`text_pair`).
     """
+    argument = {"first": "text", "second": "text_pair"}
     for index, sentence in enumerate(sentences):
+        name = f"sentence {index}"
+        if pair_side is not None:
+            name = f"the {pair_side} sentence ({argument[pair_side]}) of pair {index}"
+        capitalized = name[0].upper() + name[1:]
         if isinstance(sentence, str):
             raise ValueError(
-                f"With is_split_into_words=True, expected sentence {index} to be a list of words, got the string "
-                f"{sentence!r}."
+                f"With is_split_into_words=True, expected {name} to be a list of words, got the string {sentence!r}."
             )
         if len(sentence) == 0:
             raise ValueError(
-                f"Sentence {index} is empty: with is_split_into_words=True, expected at least one word (an empty raw "
+                f"{capitalized} is empty: with is_split_into_words=True, expected at least one word (an empty raw "
                 "text, without is_split_into_words, encodes as <s> </s>)."
             )
-        _check_words(sentence, index)
+        _check_words(sentence, capitalized)
 
 
 def _is_batch(text, is_split_into_words: bool) -> bool:
@@ -259,7 +280,8 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
     docstring, with offsets into the given text. An empty or whitespace-only raw text encodes as `<s> </s>` (no
     words), as other tokenizers give their special tokens alone: `pipeline("token-classification")` then returns no
     entities for it, `pipeline("text-classification")` the prediction for the boundary tokens alone. A pre-split
-    sentence without words, or with an empty word, raises a `ValueError` naming the sentence.
+    sentence without words, or with an empty word, raises a `ValueError` naming the sentence (and its side of a
+    pair).
 
     Args:
         char_vocabulary (`list[str]`):
@@ -489,9 +511,10 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         # An empty second text is no pair, as `TokenizersBackend._encode_plus` has it.
         pairs = text_pair if batched else [text_pair] if text_pair else None
         if is_split_into_words:
-            _check_pre_split_sentences(texts)
-            if isinstance(pairs, (list, tuple)):
-                _check_pre_split_sentences(pairs)
+            with_pairs = isinstance(pairs, (list, tuple))
+            _check_pre_split_sentences(texts, "first" if with_pairs else None)
+            if with_pairs:
+                _check_pre_split_sentences(pairs, "second")
         if pairs is not None and self.subword_backend is not None:
             raise ValueError(
                 "Sentence pairs are not supported with a feature encoder's subwords (subword_tokenizer): pass single "

@@ -4,6 +4,7 @@ the class of its boundary tokens, as the pipelines give a BERT model, leaving th
 alone."""
 
 import random
+import re
 
 import pytest
 import torch
@@ -24,17 +25,18 @@ def tagger(use_crf: bool):
 @pytest.mark.parametrize("use_crf", [False, True])
 def test_a_long_document_is_tagged_whole_as_in_one_forward_call(use_crf):
     model, tokenizer = tagger(use_crf)
-    document = " ".join(random.Random(0).choices(VOCABULARY, k=5000))
+    words = 1500  # three times BERT's 512 positions
+    document = " ".join(random.Random(0).choices(VOCABULARY, k=words))
     tagged = pipeline("token-classification", model=model, tokenizer=tokenizer)(document)
 
     encoded = tokenizer(document, return_tensors="pt")
-    assert encoded["input_ids"].shape[1] == 5002  # every word, <s> and </s>: nothing truncated
+    assert encoded["input_ids"].shape[1] == words + 2  # every word, <s> and </s>: nothing truncated
     with torch.no_grad():
         predicted = model(**encoded).logits.argmax(-1)[0]  # (seq,)
-    expected = {(index, BIO_LABELS[tag]) for index, tag in enumerate(predicted.tolist()) if 0 < index < 5001}
+    expected = {(index, BIO_LABELS[tag]) for index, tag in enumerate(predicted.tolist()) if 0 < index <= words}
     expected = {(index, label) for index, label in expected if label != "O"}  # the pipeline leaves out O
     assert {(entity["index"], entity["entity"]) for entity in tagged} == expected
-    assert max(entity["index"] for entity in tagged) > 4990  # the document's last words are tagged
+    assert max(entity["index"] for entity in tagged) > words - 10  # the document's last words are tagged
 
 
 def test_an_empty_text_in_a_batch_gives_no_entities():
@@ -44,6 +46,34 @@ def test_an_empty_text_in_a_batch_gives_no_entities():
     batched = tag(texts)
     assert batched[1] == [] and batched[2] == []
     assert batched[0] == tag(texts[0]) and batched[3] == tag(texts[3])  # the other texts as when tagged alone
+
+
+# Whitespace-separated words, each a single word of the tokenizer: graphemes of several code points (a flag, emoji
+# with a variation selector, a skin tone or zero-width joiners, a keycap, a decomposed accent) and vocabulary words.
+EMOJI_WORDS = [
+    "\U0001f1e8\U0001f1f3", "\U0001f1fa\U0001f1f8", "\u2764\ufe0f", "\U0001f44d\U0001f3fd", "\U0001f469\u200d\U0001f52c",
+    "\U0001f468\u200d\U0001f469\u200d\U0001f467", "1\ufe0f\u20e3", "cafe\u0301", "Paris", "John", "w1", ".",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("use_crf", [False, True])
+def test_entities_keep_every_emoji_whole(use_crf):
+    """`pipeline("token-classification")` on a text whose words are separated by spaces: every entity, with or
+    without aggregation, spans whole words of the text (its offsets, its word), so a flag reads "🇨🇳", not "🇨 🇳"."""
+    model, tokenizer = tagger(use_crf)
+    text = " ".join(random.Random(0).choices(EMOJI_WORDS, k=60))
+    words = [(match.start(), match.end()) for match in re.finditer(r"\S+", text)]
+    starts, ends = {start for start, _ in words}, {end for _, end in words}
+    for aggregation in ("none", "simple"):
+        entities = pipeline(
+            "token-classification", model=model, tokenizer=tokenizer, aggregation_strategy=aggregation
+        )(text)
+        for entity in entities:
+            assert entity["start"] in starts and entity["end"] in ends, (aggregation, entity)
+            assert entity["word"] == " ".join(text[entity["start"] : entity["end"]].split()), (aggregation, entity)
+        tagged = [word for entity in entities for word in text[entity["start"] : entity["end"]].split()]
+        assert len([word for word in tagged if len(word) > 1 and word in EMOJI_WORDS[:7]]) > 5  # not vacuous
+        assert {"\U0001f1e8\U0001f1f3", "\U0001f1fa\U0001f1f8"} & set(tagged), aggregation  # a flag, whole
 
 
 def sentiment_classifier(**overrides):

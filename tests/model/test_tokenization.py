@@ -4,6 +4,7 @@ pre-split text become words, words that look like special tokens, bad input, pad
 import json
 
 import pytest
+import regex
 import torch
 from helpers import tiny_bert_tokenizer
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -185,6 +186,7 @@ def test_min_frequency_below_one_is_rejected():
         ("Go @The_Score #NFL, see http://bit.ly/aQun1b.", ["Go", "@The_Score", "#NFL", ",", "see",
                                                           "http://bit.ly/aQun1b", "."]),
         ("(www.reuters.com/a?b=1) @ 5 # 2", ["(", "www.reuters.com/a?b=1", ")", "@", "5", "#", "2"]),
+        ("I \u2764\ufe0f Beijing\U0001f1e8\U0001f1f3!", ["I", "\u2764\ufe0f", "Beijing", "\U0001f1e8\U0001f1f3", "!"]),
     ],
 )  # fmt: skip
 def test_raw_text_is_split_like_conll_data(tokenizer, text, words):
@@ -196,6 +198,34 @@ def test_raw_text_is_split_like_conll_data(tokenizer, text, words):
     ]
     assert spans == words
     assert encoding.word_ids()[1:-1] == list(range(len(words)))
+
+
+GRAPHEME_TEXTS = [
+    "I \u2764\ufe0f NY, we \U0001f44d\U0001f3fd it!",  # a variation selector; a skin tone
+    "Family: \U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466. Scientist\U0001f469\u200d\U0001f52cok",  # ZWJ
+    "Trip to \U0001f1e8\U0001f1f3/\U0001f1fa\U0001f1f8 (Beijing\U0001f1e8\U0001f1f3).",  # flags, alone and attached
+    "cafe\u0301 nai\u0308ve #cafe\u0301 @Zu\u0308rich e\u0301-mail U.S.\u0301",  # combining accents, decomposed
+    "keys 1\ufe0f\u20e3 #\ufe0f\u20e3, \U0001f3f3\ufe0f\u200d\U0001f308! \u263a\ufe0e a\u200db",  # keycaps, a ZWJ flag
+]
+
+
+def graphemes(text: str) -> list[tuple[int, int]]:
+    """The spans of `text`'s graphemes (extended grapheme clusters), by the `regex` package's `\\X`."""
+    return [match.span() for match in regex.finditer(r"\X", text)]
+
+
+@pytest.mark.parametrize("text", GRAPHEME_TEXTS)
+def test_raw_text_words_never_split_a_grapheme(tokenizer, text):
+    """Every word of raw text starts and ends on a grapheme boundary (the `regex` package's, an independent
+    implementation of Unicode UAX #29), the words cover the text's characters in order, and a grapheme standing alone
+    between spaces (a flag, an emoji with its modifiers) is one word."""
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    spans = [span for span, word in zip(encoding["offset_mapping"], encoding.word_ids()) if word is not None]
+    boundaries = {0} | {end for _, end in graphemes(text)}
+    assert [span for span in spans if not set(span) <= boundaries] == []
+    assert "".join(text[start:end] for start, end in spans) == "".join(text.split())
+    lone = [chunk for chunk in text.split() if len(graphemes(chunk)) == 1]
+    assert set(lone) <= {text[start:end] for start, end in spans}
 
 
 def test_pre_split_words_are_never_split(tokenizer):
@@ -229,6 +259,30 @@ def test_words_that_look_like_special_tokens_are_words(tokenizer, literal):
 def test_empty_sentences_and_words_are_clear_errors(tokenizer, text, is_split_into_words, message):
     with pytest.raises(ValueError, match=message):
         tokenizer(text, is_split_into_words=is_split_into_words)
+
+
+@pytest.mark.parametrize(
+    "text, text_pair, side, faulty, message",
+    [
+        (["a", ""], ["b"], "first", ["a", ""], "has an empty word at position 1"),
+        (["a"], ["b", ""], "second", ["b", ""], "has an empty word at position 1"),
+        ([["a"], ["c"]], [["b"], ["", "d"]], "second", ["", "d"], "has an empty word at position 0"),
+        ([["a"], ["c"]], [["b"], []], "second", [], "is empty: with is_split_into_words=True"),
+    ],
+)
+def test_a_pre_split_pair_with_an_empty_word_is_an_error_naming_its_side(
+    tokenizer, text, text_pair, side, faulty, message
+):
+    """Either side of a pair is checked as a single sentence is, and the message says which side holds the fault."""
+    with pytest.raises(ValueError, match=message):  # the faulty sentence alone
+        tokenizer(faulty, is_split_into_words=True)
+    batched = isinstance(text[0], list)
+    index = 1 if batched else 0
+    argument = {"first": "text", "second": "text_pair"}[side]
+    expected = rf"^The {side} sentence \({argument}\) of pair {index} {message}"
+    for encode in (tokenizer, tokenizer.encode):
+        with pytest.raises(ValueError, match=expected):
+            encode(text, text_pair, is_split_into_words=True)
 
 
 def test_empty_training_word_is_rejected():

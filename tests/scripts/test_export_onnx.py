@@ -25,12 +25,13 @@ MODELS = {
     ),
     "mean_pooling": (SLSTMForSequenceClassification, tiny_config, {"num_labels": 3, "classifier_pooling": "mean"}),
     "softmax_tagger": (SLSTMForTokenClassification, tagger_config, {}),
-    "crf_tagger_bioes_chars": (
+    # One CRF tagger with every input the CRF models read (BIOES head, characters, a feature encoder's subwords): the
+    # CRF's export is the slowest, so it is exported once.
+    "crf_tagger_bioes_chars_feature_encoder": (
         SLSTMForTokenClassification,
         tagger_config,
         {"use_crf": True, "head_tag_scheme": "BIOES", "use_char_features": True, "char_dropout": 0.0},
     ),
-    "crf_tagger_feature_encoder": (SLSTMForTokenClassification, tagger_config, {"use_crf": True}),
 }
 
 
@@ -39,7 +40,7 @@ def saved_model(directory, name: str):
     `feature_encoder` model reads a tiny random BERT's word features."""
     model_class, make_config, settings = MODELS[name]
     subword_tokenizer = None
-    if name == "crf_tagger_feature_encoder":
+    if name.endswith("feature_encoder"):
         encoder_folder = save_tiny_encoder(directory.parent / "tiny_bert")
         subword_tokenizer = AutoTokenizer.from_pretrained(encoder_folder)
         settings = {**settings, "feature_encoder_config": AutoConfig.from_pretrained(encoder_folder)}

@@ -3,8 +3,10 @@ accelerate launch configs."""
 
 import json
 import logging
+import re
 
 import pytest
+import torch
 from accelerate.commands.config.config_args import ClusterConfig
 from script_helpers import REPO
 from transformers import AutoConfig
@@ -258,10 +260,25 @@ def test_warmup_steps_take_the_place_of_the_recipes_per_epoch_decay(tmp_path, ca
     assert line.endswith("kept from the command line: lr_decay_per_epoch=None")
 
 
-def test_an_explicit_per_epoch_decay_and_warmup_are_refused_together(tmp_path):
+@pytest.mark.parametrize("warmup", ["4", "0.25"])  # steps, or a fraction of the training steps
+def test_an_explicit_per_epoch_decay_and_warmup_are_refused_together(tmp_path, warmup):
     """Both on the command line: the per-epoch decay replaces the Trainer's schedule and would drop the warmup
-    silently, so the arguments are refused, naming both."""
-    with pytest.raises(ValueError, match=r"--lr_decay_per_epoch 0\.9 .* --warmup_steps 4"):
-        resolve(
-            tmp_path, REPO / "hub_configs" / "slstm-pos.json", "--lr_decay_per_epoch", "0.9", "--warmup_steps", "4"
-        )
+    silently, so the arguments are refused, naming both, whether the warmup is a number of steps or a ratio."""
+    config = REPO / "hub_configs" / "slstm-pos.json"
+    assert resolve(tmp_path, config, "--lr_decay_per_epoch", "0.9")[0].lr_decay_per_epoch == 0.9  # alone: accepted
+    with pytest.raises(ValueError, match=rf"--lr_decay_per_epoch 0\.9 .* --warmup_steps {re.escape(warmup)}"):
+        resolve(tmp_path, config, "--lr_decay_per_epoch", "0.9", "--warmup_steps", warmup)
+
+
+@pytest.mark.parametrize("flags", [[], ["--torch_compile"]])
+def test_cuda_graphs_accept_an_explicit_reduce_overhead_mode(tmp_path, monkeypatch, flags):
+    """`--cuda_graphs` is torch.compile's mode 'reduce-overhead': giving that mode as well is no conflict, whereas
+    another mode is refused."""
+    explicit = resolve(tmp_path, None, *flags, "--torch_compile_mode", "reduce-overhead")[0]
+    conflicting = resolve(tmp_path, None, *flags, "--torch_compile_mode", "default")[0]
+    # What `__post_init__` runs for `--cuda_graphs`, as if on a GPU machine (parsing there would set up the GPU).
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    explicit.use_cuda_graphs()
+    assert explicit.torch_compile and explicit.torch_compile_mode == "reduce-overhead"
+    with pytest.raises(ValueError, match="'reduce-overhead', got --torch_compile_mode 'default'"):
+        conflicting.use_cuda_graphs()

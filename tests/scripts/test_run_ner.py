@@ -322,7 +322,9 @@ def test_reported_entity_scores_are_seqeval_on_the_written_predictions(
     out = tmp_path / "out"
     overrides = f"hidden_size=16,embedding_dim=16,num_steps=2,embedding_dropout=0,use_crf={str(use_crf).lower()}"
     options = {"tag_scheme": tag_scheme, "strict_metrics": strict or None, "config_overrides": overrides}
-    run_main("run_ner", run_args(out, paths, do_eval=None, num_train_epochs=8, **options), monkeypatch)
+    run_main(
+        "run_ner", run_args(out, paths, do_eval=None, num_train_epochs=3, learning_rate=0.03, **options), monkeypatch
+    )
     results = assert_tag_scores_match(out, paths["test"], gold_scheme=data_scheme, strict=strict)
     assert results["test_precision"] > 0  # some entities predicted and right: the equality is not 0 == 0
     options = ("--mode", "strict") if strict else ()

@@ -143,7 +143,13 @@ def test_tag_sentence_prints_the_entities_of_a_trained_tagger(tmp_path, monkeypa
 
     paths = write_generated_ner(tmp_path, n_train=80)
     out = tmp_path / "out"
-    options = {"do_eval": None, "do_predict": None, "num_train_epochs": 15, "tag_scheme": tag_scheme}
+    options = {
+        "do_eval": None,
+        "do_predict": None,
+        "num_train_epochs": 5,
+        "learning_rate": 0.03,
+        "tag_scheme": tag_scheme,
+    }
     run_main("run_ner", run_args(out, paths, **options), monkeypatch)
     capsys.readouterr()
     sentences = ["the Mr Jones went in Paris .", "a saw the .", "Mr Brown saw a . in New York"]
