@@ -48,6 +48,7 @@ from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_confi
 from run_scripts import REPOSITORY_ROOT, run_classification, run_ner
 from run_scripts.benchmarks.support.fresh_model_and_optimizer import trainer_optimizer
 from run_scripts.benchmarks.support.timing import machine_info
+from run_scripts.benchmarks.support.workloads import parse_shape
 from run_scripts.training.arguments import ModelArguments, check_choices, parse_arguments
 from run_scripts.training.model_setup import load_fresh_config
 from run_scripts.training.recipe import PAPER_TRAINING_RECIPE
@@ -97,15 +98,6 @@ class HostTimeArguments:
         check_choices("models", self.models, MODELS)
         for shape in self.shapes + self.classification_shapes:
             parse_shape(shape)
-
-
-def parse_shape(shape: str) -> tuple[int, int]:
-    """``"10x14"`` -> ``(10, 14)``."""
-    try:
-        batch, length = (int(size) for size in shape.lower().split("x"))
-    except ValueError:
-        raise ValueError(f"a shape is BATCHxTOKENS, e.g. 10x14, got {shape!r}") from None
-    return batch, length
 
 
 @contextmanager

@@ -34,6 +34,7 @@ from modeling_slstm import cpu_matmul
 from modeling_slstm.modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification
 from run_scripts import REPOSITORY_ROOT
 from run_scripts.benchmarks.support.launch_counts import count_launched_operators, short_name
+from run_scripts.benchmarks.support.workloads import parse_shape
 from run_scripts.training.arguments import ModelArguments, check_choices, parse_arguments
 from run_scripts.training.model_setup import load_fresh_config
 
@@ -71,15 +72,6 @@ class LaunchCountArguments:
         check_choices("tasks", self.tasks, TASKS)
         for shape in self.shapes + self.classification_shapes:
             parse_shape(shape)
-
-
-def parse_shape(shape: str) -> tuple[int, int]:
-    """``"32x21"`` -> ``(32, 21)``."""
-    try:
-        batch, length = (int(size) for size in shape.lower().split("x"))
-    except ValueError:
-        raise ValueError(f"a shape is BATCHxLENGTH, e.g. 32x21, got {shape!r}") from None
-    return batch, length
 
 
 def paper_model(task: str, implementation: str, hidden_size: int | None = None, device: str = "cpu"):

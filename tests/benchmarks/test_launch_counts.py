@@ -16,6 +16,7 @@ from modeling_slstm import triton_crf, triton_step  # noqa: F401 (their operator
 from modeling_slstm.custom_operators import OPERATOR_NAMESPACE
 from run_scripts.benchmarks import benchmark_launch_counts
 from run_scripts.benchmarks.support.launch_counts import count_launched_operators
+from run_scripts.benchmarks.support.workloads import parse_shape
 
 BUDGETS = {
     # (task, batch x length): budget per implementation, today's counts, so that any regression fails. The fused path
@@ -49,7 +50,7 @@ def kernels_as_fakes():
 
 
 def training_step_count(task, shape, implementation, num_steps=None):
-    batch, length = benchmark_launch_counts.parse_shape(shape)
+    batch, length = parse_shape(shape)
     model = benchmark_launch_counts.paper_model(task, benchmark_launch_counts.IMPLEMENTATIONS[implementation], 8)
     model.config.num_steps = num_steps or model.config.num_steps  # the steps share their weights
     inputs = benchmark_launch_counts.random_batch(model, batch, length)

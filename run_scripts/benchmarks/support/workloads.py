@@ -48,6 +48,15 @@ class Workload:
         return shape if self.data == RANDOM else f"{self.data} {shape} ({len(self.batches)} batches)"
 
 
+def parse_shape(shape: str) -> tuple[int, int]:
+    """A workload's shape from the command line: ``"10x14"`` -> ``(10, 14)`` (batch, length)."""
+    try:
+        batch, length = (int(size) for size in shape.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"a shape is BATCHxLENGTH, e.g. 10x14, got {shape!r}") from None
+    return batch, length
+
+
 def random_workload(batch: int, length: int) -> Workload:
     return Workload(RANDOM, batch, length, ((length,) * batch,), (length,))
 
