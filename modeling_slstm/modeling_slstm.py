@@ -104,12 +104,12 @@ class SLSTMCharCNN(nn.Module):
         """`(batch, seq, chars)` -> `(batch, seq, char_hidden_size)`."""
         batch, seq, width = char_ids.shape
         char_ids = char_ids.reshape(batch * seq, width)  # one row per word
-        real = (char_ids != CHAR_PAD_ID).unsqueeze(1)  # (words, 1, chars)
+        padding = (char_ids == CHAR_PAD_ID).unsqueeze(1)  # (words, 1, chars)
         embeds = self.dropout(self.char_embeddings(char_ids)).transpose(1, 2)  # (words, char_dim, chars)
         # Zeroed whatever the padding row holds, so that padding reads exactly like the convolution's zero padding.
-        features = self.convolution(embeds * real)  # (words, filters, chars)
-        pooled = features.masked_fill(~real, torch.finfo(features.dtype).min).amax(-1)  # (words, filters)
-        pooled = pooled.masked_fill(~real.any(-1), 0.0)  # a word without characters: zero, not the lowest float
+        features = self.convolution(embeds.masked_fill(padding, 0.0))  # (words, filters, chars)
+        pooled = features.masked_fill(padding, torch.finfo(features.dtype).min).amax(-1)  # (words, filters)
+        pooled = pooled.masked_fill(padding.all(-1), 0.0)  # a word without characters: zero, not the lowest float
         return pooled.view(batch, seq, -1)
 
 

@@ -119,9 +119,11 @@ class StepKernels:
 
     @classmethod
     def for_cells(cls, cells: torch.Tensor, sentence_cells: torch.Tensor, window_size: int, sigmoid_scores: bool):
-        """The launches for `c^{t-1}` `(batch, seq, hidden)` and `c_g^{t-1}` `(batch, nodes, hidden)`."""
+        """The launches for `c^{t-1}` `(batch, seq, hidden)` and `c_g^{t-1}` `(batch, nodes, hidden)`: one instance
+        per set of sizes (`step_kernels`), so that a training step with the shapes of the previous one works out no
+        grids or tile options."""
         batch, seq, hidden = cells.shape
-        return cls(batch, seq, hidden, sentence_cells.shape[1], window_size, sigmoid_scores)
+        return step_kernels(batch, seq, hidden, sentence_cells.shape[1], window_size, sigmoid_scores)
 
     def sentence_tensors(self, **tensors) -> dict:
         """`tensors` as kernel arguments: as they are with sentence nodes, `None` (never read) without."""
@@ -162,6 +164,12 @@ class StepKernels:
             **self.options,
         )  # fmt: skip
         return gradients
+
+
+@functools.lru_cache(maxsize=64)
+def step_kernels(batch: int, seq: int, hidden: int, nodes: int, window_size: int, sigmoid_scores: bool) -> StepKernels:
+    """The `StepKernels` of these sizes, made once (they hold no tensors, and nothing changes them after `__init__`)."""
+    return StepKernels(batch, seq, hidden, nodes, window_size, sigmoid_scores)
 
 
 @torch.library.custom_op(operator_name("step_update"), mutates_args=())
@@ -362,14 +370,16 @@ class FusedRecurrence(torch.autograd.Function):
         with torch.autocast(h.device.type, enabled=False):
             input_terms, mask, lengths, c, c_g = contiguous(input_terms, mask, lengths, c, c_g)
             update, _ = step_launchers(c, c_g, options)
+            words_weight_t = words_weight.t()  # (H, R)
+            sentences_weight_t = None if sentences_weight is None else sentences_weight.t()  # (K·H, W)
             saved, outputs = [], []
             for _ in range(options.num_steps):
                 h_in, h_keep = dropped(h, rate, dtype)  # h̃^{t-1}
-                product = torch.mm(h_in.flatten(0, 1), words_weight.t()).view(*h.shape[:2], -1)  # (batch, seq, R)
+                product = torch.mm(h_in.flatten(0, 1), words_weight_t).view(*h.shape[:2], -1)  # (batch, seq, R)
                 g_in = g_keep = sentence_terms = None
                 if sentences_weight is not None:
                     g_in, g_keep = dropped(g, rate, dtype)  # γ̃^{t-1}
-                    sentence_terms = torch.addmm(sentences_bias, g_in.flatten(1), sentences_weight.t())  # (batch, W)
+                    sentence_terms = torch.addmm(sentences_bias, g_in.flatten(1), sentences_weight_t)  # (batch, W)
                 h, new_c, g, new_c_g, statistics = update(product, input_terms, sentence_terms, c, c_g, mask, lengths)
                 saved += StepInputs(h_in, h_keep, c, g_in, g_keep, c_g, sentence_terms, statistics)
                 del product  # freed before the next step allocates its own
