@@ -346,9 +346,10 @@ class FusedRecurrence(torch.autograd.Function):
     from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
     on the sentence states, `sentences_weight`). Only each step's inputs are saved (`StepInputs`, what gradient
     checkpointing of every step would keep); the backward recomputes `P`, launches the backward kernel, which writes
-    `dP` over `P` (one such tensor at a time, the backward's largest), then two matmuls for the gradients of `h^{t-1}` and `γ^{t-1}`, and sums the gradient of `W_h` step by step in place; that
-    of `W_G` is one matmul over all steps at the end (its inputs are one vector per sentence). The weights come
-    stacked (autograd splits their gradients back to the layers).
+    `dP` over `P` (one such tensor at a time, the backward's largest), then two matmuls for the gradients of
+    `h^{t-1}` and `γ^{t-1}`, and sums the gradient of `W_h` step by step in place; that of `W_G` is one matmul over
+    all steps at the end (its inputs are one vector per sentence). The weights come stacked (autograd splits their
+    gradients back to the layers).
 
     Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
     mask `(batch, seq, 1)` and lengths `(batch, 1)`; `W_h` `(R, H)` (its dtype is the matmuls', autocast's where
