@@ -12,14 +12,16 @@ step, each running a word body and a sentence body side by side (Eq. 2 and Eq. 3
   (Eq. 3): the forget-gate scores of every real position, their softmax over positions (one pass, rescaled as the
   running maximum grows) together with the mean `U h̄` of the product's `U h_j` blocks, then the node's own cell and
   the node update.
-- `step_backward_kernel`: `_word_update_backward`: the gradients of the word pre-activations, written into the
+- `step_backward_kernel`: `_word_update_backward`: the gradients of the word pre-activations, written over the
   product's window blocks at the rows they were read from (and summed over the steps for `U x + b`), of the step
   `t-1` cells and, summed over positions, of `V γ` and the sentence cells. A cell `c_j^{t-1}` is read by the `2w + 1`
   words around `j`, so each program recomputes the gates of those neighbours rather than reading them from a saved
-  tensor; the sums over positions run inside one program per (sentence, hidden block), in a fixed order:
-  deterministic. `_sentence_update_backward`: the gradients of the forget terms, of the keep and output gates (and
-  `1/n` of them for each real position's `U h_j`), of the word cells and of the sentence cells, from the statistics
-  the forward saved.
+  tensor, all before it writes any gradient over the product; the sums over positions run inside one program per
+  (sentence, hidden block), in a fixed order: deterministic. `_sentence_update_backward`: the gradients of the forget
+  terms, of the keep and output gates (and `1/n` of them for each real position's `U h_j`), written over the
+  product's `U h` blocks, of the word cells and of the sentence cells, from the statistics the forward saved. The
+  product's gradient `dP` thus takes the product's memory: a step's backward holds one `(batch, seq, P)` tensor, not
+  two.
 
 Every program works on one sentence `b`: the kernels move each pointer to sentence `b`'s rows once
 (`ptr += b * row size`, as Triton's tutorials do), and the helpers below take pointers to that sentence, positions
@@ -206,18 +208,63 @@ def _store_word_gradient(
 
 
 @triton.jit
+def _neighbours_cell_gradient(
+    d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr,
+    sentence_cells_ptr, mask_ptr, positions, hidden_idx, seq, hidden, cells_part, WINDOW: tl.constexpr,
+    NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
+):  # fmt: skip
+    """The part of `∂L/∂c_j^{t-1}` at `positions` `(BLOCK_S,)` through the neighbours that read `c_j^{t-1}`,
+    `(BLOCK_S, BLOCK_H)`: `c_j^{t-1}` is the value of window slot `slot` of word `j + w - slot`, so this sums that
+    word's `∂L/∂c^t` times its gate over every slot but the word's own (slot `w`), the neighbours' gates recomputed
+    from their rows of the product."""
+    d_prev = tl.zeros([positions.shape[0], hidden_idx.shape[0]], dtype=tl.float32)
+    for slot in tl.static_range(2 * WINDOW + 1):
+        if slot != WINDOW:
+            readers = positions + WINDOW - slot
+            _, reader_gates, _, reader_cell, reader_output_gate, _ = _word_node(
+                product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, readers, hidden_idx,
+                seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+            )  # fmt: skip
+            d_reader_cell, _, _ = _cell_gradient(
+                d_states_ptr, d_output_states_ptr, d_cells_ptr, mask_ptr, readers, hidden_idx, seq, hidden,
+                cells_part, reader_cell, reader_output_gate, NODES,
+            )  # fmt: skip
+            d_prev += d_reader_cell * _slot(reader_gates, slot, GATES)
+    return d_prev
+
+
+@triton.jit
 def _word_update_backward(
     d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr,
-    sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr,
+    sentence_cells_ptr, mask_ptr, d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr,
     d_prev_sentence_cells_ptr, hidden_idx, seq, hidden, cells_part, WINDOW: tl.constexpr, NODES: tl.constexpr,
     CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr,
     BLOCK_S: tl.constexpr,
 ):  # fmt: skip
-    """Gradients of Eq. 2 for all positions of the sentence at `hidden_idx` `(BLOCK_H,)` (a loop over position
-    blocks): the window blocks of `d_product` (of `W_d h_j`, at the rows they were read from), `d_input_terms` (of
-    `U x_i + b`, added to the later steps' with `LATER_STEPS`), `d_prev_cells` (of `c^{t-1}`), and the sums over
-    positions: the `V γ` block of `d_sentence_terms` and `d_prev_sentence_cells` (of `c_g^{t-1}`, through the
-    words)."""
+    """Gradients of Eq. 2 for all positions of the sentence at `hidden_idx` `(BLOCK_H,)`: the window blocks of the
+    product's gradient (of `W_d h_j`, at the rows they were read from), written over the product (`product_ptr`),
+    `d_input_terms` (of `U x_i + b`, added to the later steps' with `LATER_STEPS`), `d_prev_cells` (of `c^{t-1}`),
+    and the sums over positions: the `V γ` block of `d_sentence_terms` and `d_prev_sentence_cells` (of `c_g^{t-1}`,
+    through the words).
+
+    Two loops over position blocks. The first reads the neighbours' rows of the product for their part of
+    `∂L/∂c^{t-1}` (`_neighbours_cell_gradient`). The second recomputes each word from the product elements that only
+    it reads (block `d` of row `i - w + d` is read by word `i` alone), and writes their gradients over them: the
+    product is then read no more, so its gradient needs no memory of its own."""
+    if WINDOW > 0:
+        start = 0
+        while start < seq:
+            positions = start + tl.arange(0, BLOCK_S)
+            d_prev = _neighbours_cell_gradient(
+                d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr,
+                cells_ptr, sentence_cells_ptr, mask_ptr, positions, hidden_idx, seq, hidden, cells_part, WINDOW,
+                NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+            )  # fmt: skip
+            in_row = (positions[:, None] < seq) & (hidden_idx[None, :] < hidden)
+            offsets = positions[:, None] * hidden + hidden_idx[None, :]
+            tl.store(d_prev_cells_ptr + offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_row)
+            start += BLOCK_S
+        tl.debug_barrier()  # every read of a neighbour's row done before the gradients are written over the rows
     normalized = 2 * WINDOW + NODES + 2
     gate = tl.arange(0, GATES)[None, :, None]
     column = hidden_idx[None, :]
@@ -248,15 +295,15 @@ def _word_update_backward(
         in_seq = (position < seq) & in_hidden  # (BLOCK_S, BLOCK_H)
         gate_mask = in_seq[:, None, :] & (gate < normalized)
         _store_word_gradient(
-            d_product_ptr, d_input_terms_ptr, d_scores, position[:, :, None], gate * hidden + column[:, None, :],
+            product_ptr, d_input_terms_ptr, d_scores, position[:, :, None], gate * hidden + column[:, None, :],
             gate_mask, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
         )  # fmt: skip
         _store_word_gradient(
-            d_product_ptr, d_input_terms_ptr, d_output, position, normalized * hidden + column, in_seq, seq, hidden,
+            product_ptr, d_input_terms_ptr, d_output, position, normalized * hidden + column, in_seq, seq, hidden,
             WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
         )  # fmt: skip
         _store_word_gradient(
-            d_product_ptr, d_input_terms_ptr, d_content, position, (normalized + 1) * hidden + column, in_seq, seq,
+            product_ptr, d_input_terms_ptr, d_content, position, (normalized + 1) * hidden + column, in_seq, seq,
             hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
         )  # fmt: skip
         gate_sums += tl.sum(tl.where(gate_mask, d_scores, 0.0), axis=0)
@@ -264,23 +311,12 @@ def _word_update_backward(
         content_sum += tl.sum(d_content, axis=0)
         value_sums += tl.sum(gates * d_cell[:, None, :], axis=0)
 
-        # c_j^{t-1} is the value of window slot `slot` of word j + w - slot: ∂L/∂c_j^{t-1} sums that word's
-        # ∂L/∂c^t times its gate, for every slot (the word's own, slot w, from above; its neighbours' recomputed).
+        # ∂L/∂c_i^{t-1}: the word's own ∂L/∂c^t times its own slot's gate, plus the neighbours' part (first loop).
+        cell_offsets = position * hidden + column
         d_prev = d_cell * _slot(gates, WINDOW, GATES)
-        for slot in tl.static_range(2 * WINDOW + 1):
-            if slot != WINDOW:
-                readers = positions + WINDOW - slot
-                _, reader_gates, _, reader_cell, reader_output_gate, _ = _word_node(
-                    product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, readers,
-                    hidden_idx, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
-                )  # fmt: skip
-                d_reader_cell, _, _ = _cell_gradient(
-                    d_states_ptr, d_output_states_ptr, d_cells_ptr, mask_ptr, readers, hidden_idx, seq, hidden,
-                    cells_part, reader_cell, reader_output_gate, NODES,
-                )  # fmt: skip
-                d_prev += d_reader_cell * _slot(reader_gates, slot, GATES)
-        tl.store(d_prev_cells_ptr + position * hidden + column, d_prev.to(d_prev_cells_ptr.dtype.element_ty),
-                 mask=in_seq)  # fmt: skip
+        if WINDOW > 0:
+            d_prev += tl.load(d_prev_cells_ptr + cell_offsets, mask=in_seq, other=0.0).to(tl.float32)
+        tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_seq)
         start += BLOCK_S
 
     if NODES > 0:
@@ -411,14 +447,15 @@ def _sentence_update_forward(
 @triton.jit
 def _sentence_update_backward(
     d_states_ptr, d_cells_ptr, forget_ptr, product_width, gate_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr,
-    lengths_ptr, statistics_ptr, d_forget_ptr, d_gate_terms_ptr, d_prev_cells_ptr, d_prev_sentence_cells_ptr,
+    lengths_ptr, statistics_ptr, d_gate_terms_ptr, d_prev_cells_ptr, d_prev_sentence_cells_ptr,
     hidden_idx, seq, hidden, sentence_cells_part, NODES: tl.constexpr, NODES_P: tl.constexpr,
     SIGMOID_SCORES: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
     """Gradients of Eq. 3 for all sentence nodes at `hidden_idx` `(BLOCK_H,)` (a loop over position blocks), from
     those of `g^t` and `c_g^t` (none after the last step; its parts through the next step's words and, at
-    `sentence_cells_part`, its sentence nodes): the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks of `d_product` (from
-    `d_forget_ptr`; the last two `1/n` of the keep and output gates' at real positions), the `W_f γ + b_f`, keep and
+    `sentence_cells_part`, its sentence nodes): the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks of the product's gradient,
+    written over the product from `forget_ptr` on (the last two `1/n` of the keep and output gates' at real
+    positions; each position block's `U_f h_j` is read once, just before), the `W_f γ + b_f`, keep and
     output blocks of `d_sentence_terms` (from `d_gate_terms_ptr`), and `d_prev_cells` (of `c^{t-1}`) and
     `d_prev_sentence_cells` (of `c_g^{t-1}`), both through the sentence nodes."""
     node, column, valid, node_offsets = _node_tile(hidden_idx, hidden, NODES, NODES_P)
@@ -443,7 +480,7 @@ def _sentence_update_backward(
     length = tl.load(lengths_ptr)
 
     forget_sums = tl.zeros([NODES_P, hidden_idx.shape[0]], dtype=tl.float32)
-    dtype = d_forget_ptr.dtype.element_ty
+    dtype = forget_ptr.dtype.element_ty
     start = 0
     while start < seq:
         positions = start + tl.arange(0, BLOCK_S)
@@ -459,12 +496,12 @@ def _sentence_update_backward(
             d_scores = d_scores * scores * (1.0 - scores)
         in_seq = (positions[:, None, None] < seq) & valid[None, :, :]
         offsets = positions[:, None, None] * product_width + node_offsets[None, :, :]
-        tl.store(d_forget_ptr + offsets, d_scores.to(dtype), mask=in_seq)
+        tl.store(forget_ptr + offsets, d_scores.to(dtype), mask=in_seq)
         # h̄ = Σ_j h_j / n over the real positions j: U_g h_j and U_o h_j each receive 1/n of the gate's gradient.
         d_keep_share = tl.where(real, d_keep[None, :, :] / length, 0.0)
         d_output_share = tl.where(real, d_output[None, :, :] / length, 0.0)
-        tl.store(d_forget_ptr + offsets + NODES * hidden, d_keep_share.to(dtype), mask=in_seq)
-        tl.store(d_forget_ptr + offsets + 2 * NODES * hidden, d_output_share.to(dtype), mask=in_seq)
+        tl.store(forget_ptr + offsets + NODES * hidden, d_keep_share.to(dtype), mask=in_seq)
+        tl.store(forget_ptr + offsets + 2 * NODES * hidden, d_output_share.to(dtype), mask=in_seq)
         forget_sums += tl.sum(tl.where(in_seq, d_scores, 0.0), axis=0)
         d_prev = tl.sum(weights * d_cell[None, :, :], axis=1)  # (BLOCK_S, BLOCK_H): Σ_k f_{j,k} ∂L/∂c_{g,k}^t
         in_row = (positions[:, None] < seq) & (column < hidden)
@@ -530,14 +567,15 @@ def step_forward_kernel(
 def step_backward_kernel(
     d_states_ptr, d_output_states_ptr, d_cells_ptr, d_sentence_states_ptr, d_sentence_cells_ptr, product_ptr,
     input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr, statistics_ptr,
-    d_product_ptr, d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr, d_prev_sentence_cells_ptr, seq, hidden,
+    d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr, d_prev_sentence_cells_ptr, seq, hidden,
     WINDOW: tl.constexpr, NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
     GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr, WORD_BLOCK_S: tl.constexpr,
     WORD_BLOCK_H: tl.constexpr, SENTENCE_BLOCK_S: tl.constexpr, SENTENCE_BLOCK_H: tl.constexpr,
 ):  # fmt: skip
     """The gradients of one step in one launch: program `(b, p)` runs `_word_update_backward` for a block of hidden
     units of sentence `b` while `p` counts word hidden blocks, `_sentence_update_backward` after them. Each writes
-    its own columns of `d_product` and `d_sentence_terms`, and its own part of the cells' gradients
+    the gradient of its own columns of the product over them (the product is not read after), its own columns of
+    `d_sentence_terms`, and its own part of the cells' gradients
     (`d_prev_cells_ptr`, `d_prev_sentence_cells_ptr`: the word body part 0, the sentence body part 1), which the
     previous step's launch sums as it reads them (`d_cells_ptr`, `d_sentence_cells_ptr`; absent after the last
     step)."""
@@ -557,7 +595,6 @@ def step_backward_kernel(
     input_terms_ptr += b * seq * CONTEXT_BLOCKS * hidden
     cells_ptr += b * seq * hidden
     mask_ptr += b * seq
-    d_product_ptr += b * seq * product_width
     d_input_terms_ptr += b * seq * CONTEXT_BLOCKS * hidden
     d_prev_cells_ptr += b * seq * hidden
     if NODES > 0:
@@ -574,8 +611,8 @@ def step_backward_kernel(
         hidden_idx = program * WORD_BLOCK_H + tl.arange(0, WORD_BLOCK_H)
         _word_update_backward(
             d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr,
-            cells_ptr, sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, d_sentence_terms_ptr,
-            d_prev_cells_ptr, d_prev_sentence_cells_ptr, hidden_idx, seq, hidden, cells_part, WINDOW, NODES,
+            cells_ptr, sentence_cells_ptr, mask_ptr, d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr,
+            d_prev_sentence_cells_ptr, hidden_idx, seq, hidden, cells_part, WINDOW, NODES,
             CONTEXT_BLOCKS, GATES, SIGMOID_SCORES, LATER_STEPS, WORD_BLOCK_S,
         )  # fmt: skip
     elif NODES > 0:
@@ -585,7 +622,7 @@ def step_backward_kernel(
         _sentence_update_backward(
             d_sentence_states_ptr, d_sentence_cells_ptr, product_ptr + forget_column, product_width,
             sentence_terms_ptr + sentence_column, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr + b,
-            statistics_ptr, d_product_ptr + forget_column, d_sentence_terms_ptr + sentence_column,
+            statistics_ptr, d_sentence_terms_ptr + sentence_column,
             d_prev_cells_ptr + cells_part, d_prev_sentence_cells_ptr + sentence_cells_part, hidden_idx, seq, hidden,
             sentence_cells_part, NODES, NODES_P, SIGMOID_SCORES, SENTENCE_BLOCK_S,
         )  # fmt: skip

@@ -148,12 +148,13 @@ class StepKernels:
         self, d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms, later_steps,
         product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics,
     ):  # fmt: skip
-        """The gradients of one step (as `step_update_backward`), on contiguous tensors."""
-        gradients = step_update_gradients(product, sentence_terms, cells, sentence_cells)
-        d_product, d_sentence_terms, d_prev_cells, d_prev_sentence_cells = gradients
+        """The gradients of one step (as `step_update_backward`: the product's written over it), on contiguous
+        tensors."""
+        gradients = step_update_gradients(sentence_terms, cells, sentence_cells)
+        d_sentence_terms, d_prev_cells, d_prev_sentence_cells = gradients
         step_backward_kernel[self.backward_grid](
             d_states_ptr=d_states, d_output_states_ptr=d_output_states, d_cells_ptr=d_cells, product_ptr=product,
-            input_terms_ptr=input_terms, cells_ptr=cells, mask_ptr=mask, lengths_ptr=lengths, d_product_ptr=d_product,
+            input_terms_ptr=input_terms, cells_ptr=cells, mask_ptr=mask, lengths_ptr=lengths,
             d_input_terms_ptr=d_input_terms, d_prev_cells_ptr=d_prev_cells,
             **self.sentence_tensors(
                 d_sentence_states_ptr=d_sentence_states, d_sentence_cells_ptr=d_sentence_cells,
@@ -207,7 +208,7 @@ def _(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths
     return step_update_outputs(cells, sentence_cells)
 
 
-@torch.library.custom_op(operator_name("step_update_backward"), mutates_args=("d_input_terms",))
+@torch.library.custom_op(operator_name("step_update_backward"), mutates_args=("d_input_terms", "product"))
 def step_update_backward(
     d_states: torch.Tensor,
     d_output_states: torch.Tensor | None,
@@ -226,38 +227,41 @@ def step_update_backward(
     statistics: torch.Tensor | None,
     window_size: int,
     sigmoid_scores: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Launches `step_backward_kernel`, from the gradients of `h^t` (`d_states`, plus `d_output_states` where the
     encoder's output `h^t` has one), `c^t`, `g^t` and `c_g^t` (the cells' `None` after the last step, else each the
     pair of parts through the words and through the sentence nodes that this returned for the next step, stacked) ->
-    the gradients of the product, of the sentence terms, and of `c^{t-1}` and `c_g^{t-1}`, each of the two a pair
-    `(2, ...)` of the parts through the words and through the sentence nodes (one part without sentence nodes). The
-    gradient of `U x + b` is written into `d_input_terms` (float32, contiguous), or with `later_steps` added to it
-    (the sum over the later steps). Any other layout is taken (copied to a contiguous one here)."""
-    if not d_input_terms.is_contiguous():
-        raise ValueError(
-            f"d_input_terms must be contiguous (the kernel writes it in place), got strides {d_input_terms.stride()}"
-        )
+    the gradients of the sentence terms, and of `c^{t-1}` and `c_g^{t-1}`, each of the two a pair `(2, ...)` of the
+    parts through the words and through the sentence nodes (one part without sentence nodes). The gradient of the
+    product is written over `product` (contiguous), which the step's backward reads no more: one tensor of the
+    product's size rather than two. The gradient of `U x + b` is written into `d_input_terms` (float32,
+    contiguous), or with `later_steps` added to it (the sum over the later steps). Any other layout is taken
+    (copied to a contiguous one here)."""
+    for name, tensor in (("d_input_terms", d_input_terms), ("product", product)):
+        if not tensor.is_contiguous():
+            raise ValueError(
+                f"{name} must be contiguous (the kernel writes it in place), got strides {tensor.stride()}"
+            )
     kernels = StepKernels.for_cells(cells, sentence_cells, window_size, sigmoid_scores)
     gradients = contiguous(d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells)
-    inputs = contiguous(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics)
-    return kernels.backward(*gradients, d_input_terms, later_steps, *inputs)
+    inputs = contiguous(input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics)
+    return kernels.backward(*gradients, d_input_terms, later_steps, product, *inputs)
 
 
-def step_update_gradients(product, sentence_terms, cells, sentence_cells):
-    """Empty gradients of the product and the sentence terms (empty without sentence nodes), and the pairs of parts
-    `(2, *shape)` of the gradients of `c^{t-1}` and `c_g^{t-1}` (one part without sentence nodes)."""
+def step_update_gradients(sentence_terms, cells, sentence_cells):
+    """Empty gradients of the sentence terms (empty without sentence nodes), and the pairs of parts `(2, *shape)` of
+    the gradients of `c^{t-1}` and `c_g^{t-1}` (one part without sentence nodes)."""
     parts = 2 if sentence_cells.shape[1] else 1
-    d_sentence_terms = product.new_empty(0) if sentence_terms is None else torch.empty_like(sentence_terms)
+    d_sentence_terms = cells.new_empty(0) if sentence_terms is None else torch.empty_like(sentence_terms)
     d_prev_cells = cells.new_empty(parts, *cells.shape)
     d_prev_sentence_cells = sentence_cells.new_empty(parts, *sentence_cells.shape)
-    return torch.empty_like(product), d_sentence_terms, d_prev_cells, d_prev_sentence_cells
+    return d_sentence_terms, d_prev_cells, d_prev_sentence_cells
 
 
 @step_update_backward.register_fake
 def _(d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms, later_steps, product,
       input_terms, sentence_terms, cells, sentence_cells, *rest):  # fmt: skip
-    return step_update_gradients(product, sentence_terms, cells, sentence_cells)
+    return step_update_gradients(sentence_terms, cells, sentence_cells)
 
 
 def words_weight(window_weight, forget_from_word, gates_on_mean, window_width: int) -> torch.Tensor:
@@ -349,10 +353,11 @@ class FusedRecurrence(torch.autograd.Function):
     `words_weight`: the kernel reads `W ξ_i` as the sum of the window blocks of `P` at the neighbours' rows, `U_f h_j`
     from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
     on the sentence states, `sentences_weight`). Only each step's inputs are saved (`StepInputs`, what gradient
-    checkpointing of every step would keep); the backward recomputes `P`, launches the backward kernel, then two
-    matmuls for the gradients of `h^{t-1}` and `γ^{t-1}`, and sums the gradient of `W_h` step by step in place; that
-    of `W_G` is one matmul over all steps at the end (its inputs are one vector per sentence). The weights come
-    stacked (autograd splits their gradients back to the layers).
+    checkpointing of every step would keep); the backward recomputes `P`, launches the backward kernel, which writes
+    `dP` over `P` (one such tensor at a time, the backward's largest), then two matmuls for the gradients of
+    `h^{t-1}` and `γ^{t-1}`, and sums the gradient of `W_h` step by step in place; that of `W_G` is one matmul over
+    all steps at the end (its inputs are one vector per sentence). The weights come stacked (autograd splits their
+    gradients back to the layers).
 
     Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
     mask `(batch, seq, 1)` and lengths `(batch, 1)`; `W_h` `(R, H)` (its dtype is the matmuls', autocast's where
@@ -412,8 +417,9 @@ class FusedRecurrence(torch.autograd.Function):
                 inputs = steps[step]
                 flat_h_in = inputs.word_states.flatten(0, 1)  # (batch * seq, H)
                 product = torch.mm(flat_h_in, words_weight.t()).view(*inputs.word_cells.shape[:2], -1)
-                # The cells' gradients in two parts (through the words, through the sentence nodes): (2, ...).
-                d_product, d_sentence_terms, d_cells, d_sentence_cells = update_backward(
+                # dP is written over P. The cells' gradients come in two parts (through the words, through the
+                # sentence nodes): (2, ...).
+                d_sentence_terms, d_cells, d_sentence_cells = update_backward(
                     d_states, d_output_states[step], d_cells, d_sentence_states, d_sentence_cells, d_input_terms,
                     step < options.num_steps - 1, product, input_terms, inputs.sentence_terms, inputs.word_cells,
                     inputs.sentence_cells, mask, lengths, inputs.statistics,
@@ -422,14 +428,14 @@ class FusedRecurrence(torch.autograd.Function):
                     d_sentence_terms_per_step.append(d_sentence_terms)
                     d_g_in = torch.mm(d_sentence_terms, sentences_weight)  # (batch, K·H)
                     d_sentence_states = undropped(d_g_in.view_as(inputs.sentence_cells), inputs.sentence_keep, rate)
-                flat_d_product = d_product.flatten(0, 1)  # (batch * seq, R)
+                flat_d_product = product.flatten(0, 1)  # dP: (batch * seq, R)
                 d_states = undropped(torch.mm(flat_d_product, words_weight).view_as(inputs.word_cells),
                                      inputs.word_keep, rate)  # fmt: skip
                 if d_words_weight is None:
                     d_words_weight = torch.mm(flat_d_product.t(), flat_h_in)
                 else:
                     d_words_weight.addmm_(flat_d_product.t(), flat_h_in)
-                del product, d_product, flat_d_product  # freed before the next step allocates its own
+                del product, flat_d_product  # freed before the next step allocates its own
             d_sentences_weight = d_sentences_bias = None
             if sentences_weight is not None:
                 d_terms = torch.cat(d_sentence_terms_per_step[::-1])  # (steps * batch, W)

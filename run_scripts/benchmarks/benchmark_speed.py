@@ -154,6 +154,13 @@ class SpeedArguments:
         default=60.0, metadata={"help": "a model whose call takes longer than this many seconds is timed once"}
     )
     memory: bool = field(default=True, metadata={"help": "measure peak memory (one more call per row; --quick: no)"})
+    fused_in_interpreter: bool = field(
+        default=False,
+        metadata={
+            "help": "on a CPU with TRITON_INTERPRET=1, run the fused step's variants in Triton's interpreter: for "
+            "their peak memory (their times are the interpreter's)"
+        },
+    )
     matmul_share: bool = field(
         default=False,
         metadata={
@@ -216,7 +223,7 @@ def plan(args: SpeedArguments, device: torch.device) -> dict[Workload, list]:
 
     runnable = set()
     for key in dict.fromkeys(args.variants + args.slstm_variants):
-        reason = skip_reason(VARIANTS[key], device)
+        reason = skip_reason(VARIANTS[key], device, args.fused_in_interpreter)
         if reason:
             print(f"skipping {key}: {reason}", flush=True)
         else:

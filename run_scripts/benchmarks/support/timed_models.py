@@ -9,6 +9,7 @@ from torch import nn
 
 from baselines import BaselineEncoderConfig, BaselineModel
 from modeling_slstm.configuration_slstm import SLSTMConfig
+from modeling_slstm.kernel_dispatch import KERNELS_INTERPRETED
 from modeling_slstm.modeling_slstm import SLSTMModel
 from run_scripts.benchmarks.support.reference_slstm import ReferenceSLSTM
 from run_scripts.benchmarks.support.workloads import Workload
@@ -125,17 +126,23 @@ def set_step_implementation(model: nn.Module, implementation: str | None) -> str
     return model.config.step_implementation
 
 
-def skip_reason(variant: Variant, device: torch.device) -> str | None:
+def skip_reason(variant: Variant, device: torch.device, fused_in_interpreter: bool = False) -> str | None:
     """Why `variant` cannot run on `device`, or None. bf16 autocast runs on every CPU: on one without native bf16
-    that shows what a user who turns it on gets."""
+    that shows what a user who turns it on gets. With `fused_in_interpreter`, the fused step runs on a CPU where the
+    kernels are interpreted (`TRITON_INTERPRET=1`): its times are then the interpreter's, its peak memory that of the
+    fused recurrence."""
     if variant.autocast_dtype == torch.float16 and device.type == "cpu":
         return "float16 autocast is for GPUs"
     if variant.autocast_dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return "this GPU has no bfloat16"
     if variant.step_implementation == "triton" and not has_step_implementation():
         return "this package's SLSTMConfig has no step_implementation (no fused step)"
-    if variant.step_implementation == "triton" and device.type != "cuda":
-        return "the fused Triton step runs on CUDA tensors"
+    if (
+        variant.step_implementation == "triton"
+        and device.type != "cuda"
+        and not (fused_in_interpreter and KERNELS_INTERPRETED)
+    ):
+        return "the fused Triton step runs on CUDA tensors (on a CPU: --fused_in_interpreter with TRITON_INTERPRET=1)"
     if (variant.cuda_graphs or variant.compile_mode == "reduce-overhead") and device.type != "cuda":
         return "CUDA graphs need a CUDA device"
     return None
