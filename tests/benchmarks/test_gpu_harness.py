@@ -57,7 +57,9 @@ def stage_arguments(stage: str, data_dir: Path, output_dir: Path) -> list[str]:
 def test_the_gpu_speed_stage_plans_every_variant_at_every_shape(tmp_path, monkeypatch, shared_data):
     data_dir = shared_data("conll2003").parent
     args = benchmark_speed.parse_args(stage_arguments("speed", data_dir, tmp_path))
-    monkeypatch.setattr(benchmark_speed, "skip_reason", lambda variant, device: None)  # as on a GPU
+    monkeypatch.setattr(
+        benchmark_speed, "skip_reason", lambda variant, device, fused_in_interpreter: None
+    )  # as on a GPU
     plan = benchmark_speed.plan(args, torch.device("cpu"))
     random = {(w.batch, w.length) for w in plan if w.data == "random"}
     assert random == {(32, length) for length in (16, 32, 64, 128, 512)}
@@ -74,7 +76,7 @@ def test_the_gpu_speed_stage_plans_every_variant_at_every_shape(tmp_path, monkey
 
 def test_the_compile_stage_plans_compile_and_reduce_overhead(tmp_path, monkeypatch):
     args = benchmark_speed.parse_args(stage_arguments("compile", tmp_path, tmp_path))
-    monkeypatch.setattr(benchmark_speed, "skip_reason", lambda variant, device: None)
+    monkeypatch.setattr(benchmark_speed, "skip_reason", lambda variant, device, fused_in_interpreter: None)
     plan = benchmark_speed.plan(args, CPU)
     assert {(w.batch, w.length) for w in plan} == {(32, 32), (32, 512)} and args.modes == ["train"]
     for cases in plan.values():
