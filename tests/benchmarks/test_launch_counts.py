@@ -70,7 +70,9 @@ def counts():
 
 @pytest.mark.parametrize("task", OPTIMIZER_BUDGETS)
 def test_optimizer_step_launches_at_most_its_budget(task):
-    model = benchmark_launch_counts.paper_model(task, "triton", 8)
+    # The count depends on the parameter tensors only, the same for both steps: the readable one computes the
+    # gradients faster here (the fused one runs its kernels in the interpreter outside the profiler).
+    model = benchmark_launch_counts.paper_model(task, "eager", 8)
     inputs = benchmark_launch_counts.random_batch(model, 2, 8)
     with kernels_as_fakes():
         for name, options in benchmark_launch_counts.OPTIMIZERS.items():
