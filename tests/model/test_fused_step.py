@@ -293,6 +293,15 @@ def tiles(request):
         yield request.param
 
 
+def assert_fused_matches_readable(actual: dict, expected: dict) -> None:
+    """Every float32 output and gradient of the fused recurrence (`actual`) within tolerance of the readable steps'
+    (`expected`); gradients, summed over more terms in another order, within 10 times that."""
+    assert actual.keys() == expected.keys()
+    for name, readable in expected.items():
+        tolerance = 10 * TOLERANCE[torch.float32] if name.startswith("grad ") else TOLERANCE[torch.float32]
+        assert relative_error(actual[name], readable) <= tolerance, name
+
+
 @needs_triton
 def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
     """Eqs. 2-3 over all steps, the fused recurrence against the readable steps, output by output and gradient by
@@ -305,10 +314,7 @@ def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
     embeds = torch.randn(2, 37, 8, generator=torch.Generator().manual_seed(3))
     expected = outputs_and_gradients(model, embeds, mask, "eager")
     actual = outputs_and_gradients(model, embeds, mask, "triton")
-    assert actual.keys() == expected.keys()
-    for name in expected:
-        tolerance = 10 * TOLERANCE[torch.float32] if name.startswith("grad ") else TOLERANCE[torch.float32]
-        assert relative_error(actual[name], expected[name]) <= tolerance, name
+    assert_fused_matches_readable(actual, expected)
 
 
 @needs_triton
@@ -333,10 +339,7 @@ def test_left_padding_longer_than_a_position_block():
         assert (word_block, sentence_block) == (2, 4) and padding > sentence_block
         expected = outputs_and_gradients(model, embeds, mask, "eager")
         actual = outputs_and_gradients(model, embeds, mask, "triton")
-    assert actual.keys() == expected.keys()
-    for name in expected:
-        tolerance = 10 * TOLERANCE[torch.float32] if name.startswith("grad ") else TOLERANCE[torch.float32]
-        assert relative_error(actual[name], expected[name]) <= tolerance, name
+    assert_fused_matches_readable(actual, expected)
 
 
 def fused_launches(monkeypatch) -> list[str]:
