@@ -25,7 +25,8 @@ How much each path gains on which CPUs is measured in docs/benchmarks.md.
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 
@@ -141,6 +142,18 @@ def set_matmul_backend(backend: str | None) -> None:
         raise ValueError(f"matmul backend must be one of {MATMUL_BACKENDS} or None, got {backend!r}")
     _backend_override = backend
     _decide_backend.cache_clear()
+
+
+@contextmanager
+def matmul_backend(backend: str) -> Iterator[None]:
+    """`set_matmul_backend(backend)` inside the block, and the override that was set before it after (benchmarks
+    that must not depend on the CPU's rule, e.g. counting operators with PyTorch's matmuls as a GPU launches them)."""
+    previous = _backend_override
+    set_matmul_backend(backend)
+    try:
+        yield
+    finally:
+        set_matmul_backend(previous)
 
 
 def onednn_matmul_problem() -> str | None:

@@ -46,9 +46,9 @@ os.environ["TRITON_INTERPRET"] = "1"  # before modeling_slstm is imported: Trito
 
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, TrainerCallback
 
+from modeling_slstm import cpu_matmul
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 from run_scripts import REPOSITORY_ROOT, run_classification, run_ner
-from run_scripts.benchmarks.benchmark_launch_counts import matmuls_as_on_a_gpu
 from run_scripts.benchmarks.support.fresh_model_and_optimizer import trainer_optimizer
 from run_scripts.benchmarks.support.timing import machine_info
 from run_scripts.benchmarks.support.workloads import parse_shape
@@ -361,7 +361,7 @@ def main(argv=None) -> list[dict]:
     info = machine_info(torch.device("cpu"))
     rows = []
     try:
-        with triton_launches_as_no_ops(), matmuls_as_on_a_gpu():
+        with triton_launches_as_no_ops(), cpu_matmul.matmul_backend("default"):  # as on a GPU
             for task in args.tasks:
                 shapes = args.classification_shapes if task == "classification" else args.shapes
                 for shape in shapes:

@@ -20,7 +20,6 @@ Prints a Markdown table (docs/benchmarks.md, "Operators per training step"):
     python run_scripts/benchmarks/benchmark_launch_counts.py --tasks ner --shapes 8x8 32x32 --top 15
 """
 
-import contextlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -110,21 +109,11 @@ def random_batch(model, batch: int, length: int, device: str = "cpu") -> dict[st
     return {name: tensor.to(device) for name, tensor in inputs.items()}
 
 
-@contextlib.contextmanager
-def matmuls_as_on_a_gpu():
-    """The S-LSTM layers' matmuls through PyTorch's own operators (`cpu_matmul.set_matmul_backend("default")`), as on
-    a GPU: the oneDNN backend, which the CPU rule picks on some CPUs only, launches other operators, and the counts
-    must not depend on the CPU that takes them."""
-    cpu_matmul.set_matmul_backend("default")
-    try:
-        yield
-    finally:
-        cpu_matmul.set_matmul_backend(None)
-
-
 def training_step_counts(model, inputs) -> Counter:
-    """Operators of one forward (with the loss) and its backward, the matmuls as on a GPU."""
-    with matmuls_as_on_a_gpu():
+    """Operators of one forward (with the loss) and its backward, the matmuls through PyTorch's own operators as on a
+    GPU: the oneDNN backend, which the CPU rule picks on some CPUs only, launches others, and the counts must not
+    depend on the CPU that takes them."""
+    with cpu_matmul.matmul_backend("default"):
         return count_launched_operators(lambda: model(**inputs).loss.backward())
 
 

@@ -70,3 +70,14 @@ def test_the_probe_passes_where_the_op_works(onednn_requested):
 def test_the_probe_reports_a_product_wrong_in_either_direction(monkeypatch, breakage):
     BREAKAGES[breakage](monkeypatch)
     assert "computed a different product" in cpu_matmul.onednn_matmul_problem()
+
+
+def test_a_backend_for_a_block_gives_back_the_override_set_before_it():
+    cpu_matmul.set_matmul_backend("default")
+    try:
+        with cpu_matmul.matmul_backend("onednn"):
+            inside = cpu_matmul.selected_backend()
+        assert inside == ("default" if cpu_matmul.onednn_matmul_problem() else "onednn")
+        assert cpu_matmul.selected_backend() == "default"
+    finally:
+        cpu_matmul.set_matmul_backend(None)
