@@ -450,19 +450,18 @@ def fused_recurrence(transition, h, c, g, c_g, input_terms, mask, lengths, optio
     matmuls' dtype (`input_terms`'s, autocast's where autocast is on) -> `((h^1, …, h^T), g^T)`."""
     nodes, hidden = g.shape[1:]
     with torch.autocast(h.device.type, enabled=False):
+        forget_from_word = gates_on_mean = None
+        sentence_weights = (None, None)
         if nodes:
+            forget_from_word = transition.word_forget_from_word.weight
             gates_on_sentences, gates_on_mean = transition.sentence_gates.weight.split([nodes * hidden, hidden], dim=1)
             sentence_weights = sentences_weight(
                 transition.word_sentence.weight, transition.word_forget_from_sentence.weight,
                 transition.word_forget_from_sentence.bias, gates_on_sentences, transition.sentence_gates.bias,
             )  # fmt: skip
-            weight = words_weight(
-                transition.word_window.weight, transition.word_forget_from_word.weight, gates_on_mean,
-                2 * options.window_size + 1,
-            )  # fmt: skip
-        else:
-            sentence_weights = (None, None)
-            weight = words_weight(transition.word_window.weight, None, None, 2 * options.window_size + 1)
+        weight = words_weight(
+            transition.word_window.weight, forget_from_word, gates_on_mean, 2 * options.window_size + 1
+        )
         dtype = input_terms.dtype
         weights = [None if w is None else w.to(dtype) for w in (weight, *sentence_weights)]
     *states, sentence_states = FusedRecurrence.apply(input_terms, h, c, g, c_g, mask, lengths, *weights, options)
