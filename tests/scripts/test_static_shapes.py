@@ -203,13 +203,16 @@ HEADS = {
 }
 
 
-def loss_and_gradients(model, batch: dict, **loss_kwargs) -> tuple[torch.Tensor, dict]:
+def loss_and_gradients(model, batch: dict, **loss_kwargs) -> tuple[torch.Tensor, dict, torch.Tensor]:
+    """The loss, the gradient of every parameter and the logits of a training step on `batch`."""
     model.zero_grad()
-    loss = model(**batch, **loss_kwargs).loss
-    loss.backward()
-    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    outputs = model(**batch, **loss_kwargs)
+    outputs.loss.backward()
+    gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return outputs.loss.detach(), gradients, outputs.logits.detach()
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # Triton's interpreter: an inf - inf in a kernel
 @pytest.mark.parametrize("head", HEADS)
 def test_fillers_change_neither_the_loss_nor_any_gradient(tokenizer, head):
     make_model, settings = HEADS[head]
@@ -219,9 +222,12 @@ def test_fillers_change_neither_the_loss_nor_any_gradient(tokenizer, head):
     plain = gpu_batching.CharIdsPadding(collator_class(tokenizer))(features)  # the oracle: no fillers, width 11
     filled = StaticShapeBatches(collator_class, tokenizer, BATCH_SIZE)(features)  # 3 fillers, width 16
     assert filled["input_ids"].shape == (BATCH_SIZE, 16) and plain["input_ids"].shape == (len(features), 11)
-    expected_loss, expected_gradients = loss_and_gradients(model, plain)
-    loss, gradients = loss_and_gradients(model, filled)
+    expected_loss, expected_gradients, expected_logits = loss_and_gradients(model, plain)
+    loss, gradients, logits = loss_and_gradients(model, filled)
     torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    real_rows = logits[: len(features), :11] if logits.dim() == 3 else logits[: len(features)]
+    torch.testing.assert_close(real_rows, expected_logits, rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(logits).all()
     assert gradients.keys() == expected_gradients.keys()
     for name, gradient in gradients.items():
         assert torch.isfinite(gradient).all(), name
@@ -234,14 +240,15 @@ def test_fillers_change_neither_the_loss_nor_any_gradient(tokenizer, head):
         )
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 @pytest.mark.parametrize("head", ["crf", "crf_triton", "softmax", "attention_pooling"])
 def test_a_batch_of_one_sentence_and_fillers_has_finite_gradients(tokenizer, head):
     make_model, settings = HEADS[head]
     model, collator_class = make_model(tokenizer, **settings)
     features = token_features(tokenizer) if collator_class is DataCollatorForTokenClassification else None
     features = (features or sentence_features(tokenizer))[2:3]  # the one-word sentence
-    expected_loss, _ = loss_and_gradients(model, gpu_batching.CharIdsPadding(collator_class(tokenizer))(features))
-    loss, gradients = loss_and_gradients(model, StaticShapeBatches(collator_class, tokenizer, 10)(features))
+    expected_loss, _, _ = loss_and_gradients(model, gpu_batching.CharIdsPadding(collator_class(tokenizer))(features))
+    loss, gradients, _ = loss_and_gradients(model, StaticShapeBatches(collator_class, tokenizer, 10)(features))
     torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
     assert all(torch.isfinite(gradient).all() for gradient in gradients.values())
 
