@@ -274,5 +274,14 @@ def test_value_checking_collator_names_sequence_labels_out_of_range(label, messa
     collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=3)
     encoded = tokenizer(SENTENCES, is_split_into_words=True)
     features = [{"input_ids": encoded["input_ids"][row], "labels": [label, 1][row]} for row in range(2)]
-    with pytest.raises(ValueError, match=rf"labels must be in \[0, 3\) \(num_labels\), got values in {message}"):
+    expected = rf"labels must be in \[0, 3\) \(num_labels\) or -100 \(ignored\), got values in {message}"
+    with pytest.raises(ValueError, match=expected):
         collator(features)
+
+
+def test_value_checking_collator_passes_ignored_sequence_labels():
+    """A sentence label -100 is ignored by the loss: the empty fillers of static-shape batches have it."""
+    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=3)
+    encoded = tokenizer(SENTENCES, is_split_into_words=True)
+    features = [{"input_ids": encoded["input_ids"][row], "labels": [2, -100][row]} for row in range(2)]
+    assert collator(features)["labels"].tolist() == [2, -100]

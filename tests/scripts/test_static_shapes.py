@@ -79,7 +79,8 @@ def token_features(tokenizer, sentences=SENTENCES, tags=TAGS) -> list[dict]:
 
 
 def sentence_features(tokenizer) -> list[dict]:
-    return [{**tokenizer(words, is_split_into_words=True), "labels": index % 2} for index, words in enumerate(SENTENCES)]
+    encoded = [tokenizer(words, is_split_into_words=True) for words in SENTENCES]
+    return [{**encoding, "labels": index % 2} for index, encoding in enumerate(encoded)]
 
 
 def test_filled_batch_holds_the_sentences_then_empty_sentences_with_ignored_labels(tokenizer):
