@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import BIO_LABELS, randomize_, shared_data_root
+from helpers import BIO_LABELS, randomize_
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, TrainingArguments
 
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification
@@ -258,17 +258,10 @@ def test_a_batch_of_one_sentence_and_fillers_has_finite_gradients(tokenizer, hea
 # Shapes of a real epoch
 # --------------------------------------------------------------------------------------------------------------------
 
-CORPORA = {
-    "conll2003_ner": shared_data_root() / "conll2003" / "ner" / "train.txt",
-    "movie_review": shared_data_root() / "movie_review",
-}
-
-
-@pytest.mark.parametrize("corpus", CORPORA)
-def test_an_epoch_of_each_corpus_takes_at_most_8_static_shapes(corpus):
-    if not CORPORA[corpus].exists():
-        pytest.skip(f"the shared data is absent: {CORPORA[corpus]} (set SLSTM_SHARED_DATA)")
-    lengths = benchmark_batch_shapes.training_lengths(corpus, CORPORA[corpus])
+@pytest.mark.parametrize("corpus", benchmark_batch_shapes.CORPUS_PATHS)
+def test_an_epoch_of_each_corpus_takes_at_most_8_static_shapes(corpus, shared_data):
+    path = shared_data(*benchmark_batch_shapes.CORPUS_PATHS[corpus].parts)
+    lengths = benchmark_batch_shapes.training_lengths(corpus, path)
     for epoch in range(2):
         shapes = benchmark_batch_shapes.epoch_shapes(lengths, batch_size=10, seed=42, epoch=epoch, static=True)
         assert all(is_bucket_shape(shape, 10) for shape in shapes)
