@@ -108,6 +108,11 @@ def is_bucket_shape(shape: Sequence[int], batch_size: int, buckets: Sequence[int
     return len(shape) == 2 and shape[0] == batch_size and shape[1] in buckets
 
 
+def bucket_shapes(batch_size: int, buckets: Sequence[int] = BUCKET_WIDTHS) -> tuple[tuple[int, int], ...]:
+    """Every static shape `(batch_size, width)`, narrowest first: the graphs an epoch may need, e.g. to capture ahead."""
+    return tuple((batch_size, width) for width in buckets)
+
+
 def uses_static_shapes(training_args) -> bool:
     """Whether the training batches come in static shapes (`StaticShapeBatches`): with `--cuda_graphs` on a CUDA
     device (`training_args.cuda_graphs`, `training_args.device`)."""
@@ -197,8 +202,9 @@ def ignored_labels_like(labels, length: int) -> int | list[int]:
 
 
 def training_data_collator(collator_class, tokenizer, training_args, static_shapes: bool | None = None):
-    """The collator of the training batches: `StaticShapeBatches` of `--per_device_train_batch_size` sentences when
-    `static_shapes` (by default `uses_static_shapes(training_args)`), else `data_collator`'s.
+    """The collator of the training batches: `StaticShapeBatches` of `--per_device_train_batch_size` sentences
+    (`training_args.train_batch_size`) when `static_shapes` (by default `uses_static_shapes(training_args)`), else
+    `data_collator`'s. Each process fills its own batches, so several processes work alike.
 
     Raises:
         `ValueError`: static shapes with token-budget batches (`--max_tokens_per_batch`), whose sizes vary.
@@ -213,4 +219,6 @@ def training_data_collator(collator_class, tokenizer, training_args, static_shap
             f"--cuda_graphs trains on batches of a fixed number of sentences (--per_device_train_batch_size), and "
             f"--max_tokens_per_batch {budget} makes batches of varying sizes: give one of them"
         )
-    return StaticShapeBatches(collator_class, tokenizer, training_args.per_device_train_batch_size)
+    # The sentences a training batch of one process holds: `--per_device_train_batch_size` (times the GPUs of one
+    # process under `DataParallel`), as the Trainer's loader batches them.
+    return StaticShapeBatches(collator_class, tokenizer, training_args.train_batch_size)

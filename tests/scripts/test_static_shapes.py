@@ -52,6 +52,7 @@ def test_bucket_width_is_the_smallest_rung_that_holds_the_length():
         width = bucket_width(length)
         assert width == brute_force_width(length), length
         assert is_bucket_shape((5, width), 5) == (length <= BUCKET_WIDTHS[-1]), length
+        assert ((5, width) in gpu_batching.bucket_shapes(5)) == (length <= BUCKET_WIDTHS[-1]), length
     assert bucket_width(5, buckets=(4, 6)) == 6 and bucket_width(7, buckets=(4, 6)) == 8
     assert not is_bucket_shape((4, 16), 5) and not is_bucket_shape((5, 17), 5) and not is_bucket_shape((5,), 5)
     with pytest.raises(ValueError, match="at least one token, got length 0"):
@@ -241,6 +242,27 @@ def test_fillers_change_neither_the_loss_nor_any_gradient(tokenizer, head):
         )
 
 
+@pytest.mark.parametrize("head", ["crf", "softmax"])
+def test_fillers_of_a_left_padding_tokenizer(head):
+    """Left padding: the sentences and fillers end at the last column, and the fillers still count for nothing."""
+    tokenizer = build_word_tokenizer(SENTENCES)
+    tokenizer.padding_side = "left"
+    make_model, settings = HEADS[head]
+    model, collator_class = make_model(tokenizer, **settings)
+    features = token_features(tokenizer)
+    plain = gpu_batching.CharIdsPadding(collator_class(tokenizer), "left")(features)  # width 11
+    filled = StaticShapeBatches(collator_class, tokenizer, BATCH_SIZE)(features)  # width 16
+    for name, tensor in plain.items():
+        assert torch.equal(filled[name][: len(features), -11:], tensor), name
+    assert filled["input_ids"][len(features) :, -2:].tolist() == [[tokenizer.bos_token_id, tokenizer.eos_token_id]] * 3
+    assert filled["attention_mask"][len(features) :].sum(dim=1).tolist() == [2] * 3
+    expected_loss, expected_gradients, _ = loss_and_gradients(model, plain)
+    loss, gradients, _ = loss_and_gradients(model, filled)
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(gradient, expected_gradients[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")
 @pytest.mark.parametrize("head", ["crf", "crf_triton", "softmax", "attention_pooling"])
 def test_a_batch_of_one_sentence_and_fillers_has_finite_gradients(tokenizer, head):
@@ -257,6 +279,7 @@ def test_a_batch_of_one_sentence_and_fillers_has_finite_gradients(tokenizer, hea
 # --------------------------------------------------------------------------------------------------------------------
 # Shapes of a real epoch
 # --------------------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("corpus", benchmark_batch_shapes.CORPUS_PATHS)
 def test_an_epoch_of_each_corpus_takes_at_most_8_static_shapes(corpus, shared_data):
