@@ -8,12 +8,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 from helpers import BIO_LABELS, randomize_
-from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, TrainingArguments
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification
 from modeling_slstm.tokenization_slstm import CHAR_PAD_ID, build_word_tokenizer, update_config_from_tokenizer
 from run_scripts.benchmarks import benchmark_batch_shapes
 from run_scripts.training import gpu_batching
+from run_scripts.training.arguments import SLSTMTrainingArguments
 from run_scripts.training.gpu_batching import (
     BUCKET_WIDTHS,
     GPU_PAD_MULTIPLE,
@@ -126,8 +127,8 @@ def test_static_shape_batches_name_what_they_cannot_fill(tokenizer):
         collator([{**tokenizer("a b"), "subword_ids": [1, 2]}])
 
 
-def training_arguments(tmp_path, **fields) -> TrainingArguments:
-    return TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], **fields)
+def training_arguments(tmp_path, **fields) -> SLSTMTrainingArguments:
+    return SLSTMTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], threads="1", **fields)
 
 
 def test_training_collator_is_static_only_when_asked_and_refuses_token_budgets(tokenizer, tmp_path):
@@ -274,6 +275,39 @@ def test_a_batch_of_one_sentence_and_fillers_has_finite_gradients(tokenizer, hea
     loss, gradients, _ = loss_and_gradients(model, StaticShapeBatches(collator_class, tokenizer, 10)(features))
     torch.testing.assert_close(loss, expected_loss, rtol=1e-5, atol=1e-6)
     assert all(torch.isfinite(gradient).all() for gradient in gradients.values())
+
+
+@pytest.mark.parametrize("use_crf", [True, False], ids=["crf", "softmax"])
+def test_training_with_filled_batches_follows_training_without(tokenizer, tmp_path, use_crf):
+    """Two epochs of `SLSTMTrainer` over 8 sentences in batches of 3 (the last one of 2, filled): the same losses and
+    parameters as with the plain collator, with the Trainer's own token count (`num_items_in_batch`) for the softmax."""
+    import datasets
+
+    dataset = datasets.Dataset.from_list(token_features(tokenizer) * 2)
+    runs = {}
+    for name, train_collator in (
+        ("plain", None),
+        ("filled", StaticShapeBatches(DataCollatorForTokenClassification, tokenizer, 3)),
+    ):
+        model, _ = token_classifier(tokenizer, use_crf=use_crf)
+        args = training_arguments(
+            tmp_path / name, per_device_train_batch_size=3, num_train_epochs=2, learning_rate=0.01, logging_steps=1,
+            save_strategy="no", seed=3,
+        )  # fmt: skip
+        trainer = SLSTMTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            data_collator=gpu_batching.data_collator(DataCollatorForTokenClassification, tokenizer, args),
+            train_data_collator=train_collator,
+        )
+        trainer.train()
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        runs[name] = (losses, {key: value.detach().clone() for key, value in model.state_dict().items()})
+    assert len(runs["plain"][0]) == 6
+    torch.testing.assert_close(runs["filled"][0], runs["plain"][0], rtol=1e-4, atol=1e-5)
+    for key, value in runs["plain"][1].items():
+        torch.testing.assert_close(runs["filled"][1][key], value, rtol=1e-4, atol=1e-5, msg=key)
 
 
 # --------------------------------------------------------------------------------------------------------------------
