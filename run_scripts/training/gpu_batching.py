@@ -34,11 +34,12 @@ from modeling_slstm.tokenization_slstm import CHAR_PAD_ID
 from modeling_slstm.validation import IGNORE_INDEX
 
 GPU_PAD_MULTIPLE = 8
-# The widths of static-shape batches: multiples of `GPU_PAD_MULTIPLE` growing by a factor of at most 1.5 from 32 on
-# (by 2, then 1.5, then 4/3 below): 8 rungs, one graph each, cover sentences of up to 128 tokens (CoNLL-2003 NER's
-# longest has 115, movie review's 61). The padding a rung adds is bounded by the ratio to the rung below, and the
-# length-grouped batches of the training scripts rarely reach it; a finer ladder would cost a graph per rung (its
-# capture time and memory), a coarser one more padded positions in every step.
+# The widths of static-shape batches: multiples of `GPU_PAD_MULTIPLE`, each rung at most 1.5 times the one below from
+# 16 on (alternately 1.5x and 4/3x; up to 32 the steps of 8 that the GPU collators take anyway, where most sentences
+# are). 8 rungs, one graph each, cover sentences of up to 128 tokens (CoNLL-2003 NER's longest has 115, movie
+# review's 61). A rung pads a batch by less than its ratio to the rung below, and length-grouped batches rarely come
+# near it; a finer ladder would cost a graph per rung (its capture time and memory), a coarser one more padded
+# positions in every step.
 BUCKET_WIDTHS = (8, 16, 24, 32, 48, 64, 96, 128)
 
 
