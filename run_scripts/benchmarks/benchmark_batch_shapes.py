@@ -8,7 +8,7 @@ and the padded positions per real token.
 A token is a word (`<s>` and `</s>` added, cut at `--max_seq_length`), as the training scripts' word tokenizer encodes
 them.
 
-    python -m run_scripts.benchmarks.benchmark_batch_shapes --data_dir ../shared/data
+    python run_scripts/benchmarks/benchmark_batch_shapes.py --data_dir ../shared/data
 """
 
 import math
@@ -63,27 +63,45 @@ def epoch_shapes(lengths: list[int], batch_size: int, seed: int, epoch: int, sta
     return shapes
 
 
-def main() -> None:
-    (args,) = HfArgumentParser(ShapeArguments).parse_args_into_dataclasses()
+def shape_rows(lengths: list[int], args: ShapeArguments) -> list[dict]:
+    """One row per collator (multiples of 8, static shapes) of a corpus of token `lengths`."""
+    rows = []
+    for static, collator in ((False, "multiples of 8"), (True, "static shapes")):
+        epochs = [epoch_shapes(lengths, args.batch_size, args.seed, epoch, static) for epoch in range(args.epochs)]
+        padded = sum(rows * width for rows, width in epochs[0]) - sum(lengths)
+        rows.append({
+            "collator": collator,
+            "shapes_per_epoch": [len(set(shapes)) for shapes in epochs],
+            "all_shapes": sorted(set().union(*epochs)),
+            "padding_per_token": padded / sum(lengths),
+        })  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Prints the table; returns its rows (`corpus`, `examples` and `shape_rows`' fields, or `absent`: the path)."""
+    (args,) = HfArgumentParser(ShapeArguments).parse_args_into_dataclasses(argv)
     print(f"Batches of {args.batch_size}, length-grouped, seed {args.seed}; epochs 0-{args.epochs - 1}")
     print("| corpus | examples | collator | distinct shapes per epoch | all epochs | padded positions per token |")
     print("|---|---|---|---|---|---|")
+    table = []
     for corpus, relative in CORPUS_PATHS.items():
         path = Path(args.data_dir) / relative
         if not path.exists():
+            table.append({"corpus": corpus, "absent": str(path)})
             print(f"| {corpus} | absent: {path} | | | | |", flush=True)
             continue
         lengths = training_lengths(corpus, path, args.max_seq_length, args.split_seed)
-        for static, name in ((False, "multiples of 8"), (True, "static shapes")):
-            epochs = [epoch_shapes(lengths, args.batch_size, args.seed, e, static) for e in range(args.epochs)]
-            per_epoch = "/".join(str(len(set(shapes))) for shapes in epochs)
-            everything = sorted(set().union(*epochs))
-            padded = sum(rows * width for rows, width in epochs[0]) - sum(lengths)
+        for row in shape_rows(lengths, args):
+            table.append({"corpus": corpus, "examples": len(lengths), **row})
+            shapes = ", ".join(f"{rows}x{width}" for rows, width in row["all_shapes"])
             print(
-                f"| {corpus} | {len(lengths):,} | {name} | {per_epoch} | {len(everything)}: "
-                f"{', '.join(f'{r}x{w}' for r, w in everything)} | {padded / sum(lengths):.3f} |",
+                f"| {corpus} | {len(lengths):,} | {row['collator']} | "
+                f"{'/'.join(map(str, row['shapes_per_epoch']))} | {len(row['all_shapes'])}: {shapes} | "
+                f"{row['padding_per_token']:.3f} |",
                 flush=True,
             )
+    return table
 
 
 if __name__ == "__main__":

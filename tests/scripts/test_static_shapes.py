@@ -324,3 +324,23 @@ def test_an_epoch_of_each_corpus_takes_at_most_8_static_shapes(corpus, shared_da
         assert all(is_bucket_shape(shape, 10) for shape in shapes)
         assert len(set(shapes)) <= 8, sorted(set(shapes))
         assert len(shapes) == math.ceil(len(lengths) / 10)
+
+
+def test_batch_shapes_benchmark_tells_static_shapes_from_multiples_of_8(shared_data, capsys, tmp_path):
+    root = shared_data("conll2003").parent
+    rows = benchmark_batch_shapes.main(["--data_dir", str(root), "--epochs", "1"])
+    assert [(row["corpus"], row["collator"]) for row in rows] == [
+        (corpus, collator)
+        for corpus in benchmark_batch_shapes.CORPUS_PATHS
+        for collator in ("multiples of 8", "static shapes")
+    ]
+    by_kind = {(row["corpus"], row["collator"]): row for row in rows}
+    assert by_kind["conll2003_ner", "multiples of 8"]["shapes_per_epoch"][0] > 8  # 11 widths and the last batch
+    for corpus in benchmark_batch_shapes.CORPUS_PATHS:
+        static, plain = by_kind[corpus, "static shapes"], by_kind[corpus, "multiples of 8"]
+        assert static["shapes_per_epoch"][0] <= 8 and static["padding_per_token"] >= plain["padding_per_token"]
+    assert capsys.readouterr().out.count("| static shapes |") == 2
+    absent = benchmark_batch_shapes.main(["--data_dir", str(tmp_path), "--epochs", "1"])
+    assert [row["absent"] for row in absent] == [
+        str(tmp_path / path) for path in benchmark_batch_shapes.CORPUS_PATHS.values()
+    ]
