@@ -262,17 +262,34 @@ def stack_rows(rows: list[dict]) -> dict:
     return {name: torch.tensor([row[name] for row in rows]) for name in rows[0]}
 
 
-def test_value_checking_collator_names_masks_other_than_0_and_1():
+@pytest.mark.parametrize("mask_name", ["attention_mask", "subword_attention_mask"])
+def test_value_checking_collator_names_masks_other_than_0_and_1(mask_name):
     config = checked_collator(DataCollatorForTokenClassification)[0].config
     collator = data.ValueCheckingCollator(stack_rows, config)
-    with pytest.raises(ValueError, match=r"attention_mask must hold only 0 and 1, got values \[1, 2\]"):
-        collator([{"input_ids": [2, 4, 3], "attention_mask": [1, 2, 1]}])
+    with pytest.raises(ValueError, match=rf"^{mask_name} must hold only 0 and 1, got values \[1, 2\]"):
+        collator([{"input_ids": [2, 4, 3], mask_name: [1, 2, 1]}])
 
 
-@pytest.mark.parametrize("label, message", [(3, r"\[1, 3\]"), (-1, r"\[-1, 1\]")], ids=["too_large", "negative"])
-def test_value_checking_collator_names_sequence_labels_out_of_range(label, message):
-    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=3)
+def sequence_features(tokenizer, first_label) -> list[dict]:
+    """Two sentences of `SENTENCES` with sequence labels `first_label` and 1."""
     encoded = tokenizer(SENTENCES, is_split_into_words=True)
-    features = [{"input_ids": encoded["input_ids"][row], "labels": [label, 1][row]} for row in range(2)]
-    with pytest.raises(ValueError, match=rf"labels must be in \[0, 3\) \(num_labels\), got values in {message}"):
-        collator(features)
+    return [{"input_ids": encoded["input_ids"][row], "labels": [first_label, 1][row]} for row in range(2)]
+
+
+@pytest.mark.parametrize(
+    "num_labels, label, message",
+    [(3, 3, r"\[1, 3\]"), (3, -1, r"\[-1, 1\]"), (2, 2, r"\[1, 2\]"), (2, -1, r"\[-1, 1\]")],
+    ids=["too_large", "negative", "binary_too_large", "binary_negative"],
+)
+def test_value_checking_collator_names_sequence_labels_out_of_range(num_labels, label, message):
+    # A binary classifier (num_labels=2) too: its labels are class ids like any other classifier's.
+    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=num_labels)
+    expected = rf"labels must be in \[0, {num_labels}\) \(num_labels\), got values in {message}"
+    with pytest.raises(ValueError, match=expected):
+        collator(sequence_features(tokenizer, label))
+
+
+def test_value_checking_collator_takes_any_regression_target():
+    # num_labels=1 is a regression: integer targets are values, not class ids.
+    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=1)
+    assert collator(sequence_features(tokenizer, 7))["labels"].tolist() == [7, 1]
