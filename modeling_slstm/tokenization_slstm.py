@@ -33,8 +33,10 @@ How text is split into words:
 
   A word never ends inside a grapheme (a character as the reader sees it, Unicode UAX #29): every match takes the
   rest of the grapheme it ends in, so an emoji is one word with its variation selector, skin tone or zero-width
-  joiners (`❤️`, `👍🏽`, `👩‍🔬`), a flag's two regional indicators are one word (`🇨🇳`), and a combining accent stays
-  on its letter, in a hashtag too (`#café` written with U+0301).
+  joiners (`❤️`, `👍🏽`, `👩‍🔬`), a flag's two regional indicators are one word (`🇨🇳`), and a combining mark stays
+  on its letter. A word, mention or hashtag also goes on after a combining mark, so text written with decomposed
+  accents (Unicode NFD: `naïve`, `#naïve`, `@Zürich` with U+0308) gives the words of its composed spelling (NFC),
+  each in the spelling of the text, and a mention in a script with combining vowel signs stays whole (`@नमस्ते`).
 
   So "Just landed in New York, heading to Madison Square Garden." gives `Just landed in New York , heading to
   Madison Square Garden .`, and "York's" gives `York 's`. A final period is split off every other word (`York.`
@@ -94,7 +96,7 @@ WORD_PATTERN = (
     + "|".join(
         [
             r"(?:https?://|www\.)\S+?(?=[.,;:!?)\]\"']*$)",
-            r"[@#][\p{L}\p{N}_]+",
+            rf"[@#][\p{{L}}\p{{N}}_](?:{_WORD_CHARACTER}|_)*",
             r"(?:\p{L}\.){2,}",
             r"(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp)\.",
             r"\p{N}+(?:[.,:/]\p{N}+)+",

@@ -2,6 +2,7 @@
 pre-split text become words, words that look like special tokens, bad input, padding, saving and loading."""
 
 import json
+import unicodedata
 
 import pytest
 import regex
@@ -226,6 +227,34 @@ def test_raw_text_words_never_split_a_grapheme(tokenizer, text):
     assert "".join(text[start:end] for start, end in spans) == "".join(text.split())
     lone = [chunk for chunk in text.split() if len(graphemes(chunk)) == 1]
     assert set(lone) <= {text[start:end] for start, end in spans}
+
+
+ACCENTED_TEXTS = [
+    (
+        "@Zürich loves #naïve #café, says Müller's résumé.",
+        ["@Zürich", "loves", "#naïve", "#café", ",", "says", "Müller", "'s", "résumé", "."],
+    ),
+    (
+        "Señor Gödel-Escher: l'été à Zürich #Ελλάδα @नमस्ते_दुनिया #한국",
+        ["Señor", "Gödel-Escher", ":", "l'été", "à", "Zürich", "#Ελλάδα", "@नमस्ते_दुनिया", "#한국"],
+    ),
+]
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFD"])
+@pytest.mark.parametrize("text, words", ACCENTED_TEXTS, ids=["latin", "other-scripts"])
+def test_accented_text_gives_the_same_words_composed_or_decomposed(tokenizer, text, words, form):
+    """Words, mentions and hashtags with accents stay whole whether the accents are precomposed (NFC) or combining
+    marks after their letters (NFD, where a mark may sit inside a word: `nai\u0308ve`): the same words, each as the
+    text spells it."""
+    text = unicodedata.normalize(form, text)
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    spans = [
+        text[start:end]
+        for (start, end), word in zip(encoding["offset_mapping"], encoding.word_ids())
+        if word is not None
+    ]
+    assert spans == [unicodedata.normalize(form, word) for word in words]
 
 
 def test_pre_split_words_are_never_split(tokenizer):
