@@ -62,7 +62,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 
-from tokenizers import Encoding, Regex, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Encoding, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, BatchEncoding, PreTrainedTokenizerFast
 from transformers.tokenization_utils_base import VERY_LARGE_INTEGER, TruncationStrategy
 from transformers.utils import PaddingStrategy
@@ -192,6 +192,16 @@ def _raw_text_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
     )
 
 
+def _word_decoder() -> decoders.Decoder:
+    """Joins tokens with spaces, without the spaces before the punctuation and clitics that transformers'
+    `clean_up_tokenization` removes (`.` `,` `!` `?` `'s` `n't` ...): `M . Wasim , Lahore 's` -> `M. Wasim, Lahore's`,
+    as the text usually spells them; other punctuation keeps its spaces (`( ABC )`).
+
+    It is `tokenizers`' WordPiece decoder, which BERT's tokenizers use: its continuation prefix is a Unicode
+    noncharacter, which no word starts with, so no token is glued to the one before."""
+    return decoders.WordPiece(prefix="\uffff", cleanup=True)
+
+
 def _empty_word_tokenizer(lowercase: bool) -> Tokenizer:
     """Creates the untrained word-level pipeline: optional lower-casing and no pre-tokenizer, so that every given
     word is counted whole, as pre-split input is encoded.
@@ -283,7 +293,9 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
     words), as other tokenizers give their special tokens alone: `pipeline("token-classification")` then returns no
     entities for it, `pipeline("text-classification")` the prediction for the boundary tokens alone. A pre-split
     sentence without words, or with an empty word, raises a `ValueError` naming the sentence (and its side of a
-    pair).
+    pair). Decoding joins tokens with spaces, less those before `.` `,` `!` `?` and clitics (`'s`), as BERT's
+    tokenizers decode: `pipeline("token-classification", aggregation_strategy="simple")` gives the entity of the text
+    "M. Wasim" the word `M. Wasim`.
 
     Args:
         char_vocabulary (`list[str]`):
@@ -327,6 +339,8 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
         if subword_tokenizer is not None:
             kwargs.update(subword_tokenizer=subword_tokenizer, subword_max_length=subword_max_length)
         super().__init__(*args, char_vocabulary=list(char_vocabulary), max_word_length=max_word_length, **kwargs)
+        if self.backend_tokenizer.decoder is None:  # also for a tokenizer saved without it
+            self.backend_tokenizer.decoder = _word_decoder()
         self.char_vocabulary = list(char_vocabulary)
         self.max_word_length = max_word_length
         self._char_ids = {character: index for index, character in enumerate(self.char_vocabulary)}

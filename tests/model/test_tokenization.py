@@ -151,6 +151,21 @@ def test_decode_skips_special_tokens(tokenizer):
     assert tokenizer.decode(ids, skip_special_tokens=True) == "the cat"
 
 
+def test_tokens_read_without_the_spaces_before_punctuation(tmp_path):
+    """Tokens join as transformers' `clean_up_tokenization` reads them joined with spaces (`M. Wasim, Lahore's`), in
+    decoding too, in the tokenizer and from its tokenizer.json alone; no word is glued to the one before (`##x` is a
+    word)."""
+    tokens = ["M", ".", "Wasim", ",", "of", "Lahore", "'s", "office", "...", "(", "##x", ")", "!", "?"]
+    tokenizer = build_word_tokenizer([tokens])
+    expected = tokenizer.clean_up_tokenization(" ".join(tokens))
+    assert expected == "M. Wasim, of Lahore's office... ( ##x )!?"
+    tokenizer.save_pretrained(tmp_path)
+    plain = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    assert tokenizer.convert_tokens_to_string(tokens) == plain.convert_tokens_to_string(tokens) == expected
+    ids = tokenizer(tokens, is_split_into_words=True)["input_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == plain.decode(ids, skip_special_tokens=True) == expected
+
+
 @pytest.mark.parametrize("sentences", [[], [[], []]])
 def test_empty_training_data_is_rejected(sentences):
     with pytest.raises(ValueError, match="empty training data"):
