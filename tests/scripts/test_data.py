@@ -121,10 +121,10 @@ def test_label_alignment_and_truncation():
     label2id = {"O": 0, "B-X": 1, "I-X": 2}
     encoded = data.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=512)
     assert encoded["labels"] == [[-100, 1, 2, 0, -100], [-100, 0, -100]]
-    assert encoded["length"] == [5, 3]
+    assert [len(ids) for ids in encoded["input_ids"]] == [5, 3]
     truncated = data.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=4)
     assert truncated["labels"][0] == [-100, 1, 2, -100]
-    assert data.count_truncated([3, 1], truncated["length"]) == 1
+    assert data.count_truncated([3, 1], map(len, truncated["input_ids"])) == 1
 
 
 def test_classification_text_is_split_on_whitespace_like_the_vocabulary():
@@ -136,7 +136,7 @@ def test_classification_text_is_split_on_whitespace_like_the_vocabulary():
     for text, ids in zip(texts, encoded["input_ids"], strict=True):
         assert ids[1:-1] == tokenizer.convert_tokens_to_ids(text.split())
         assert tokenizer.unk_token_id not in ids
-    assert encoded["labels"] == [1, 0] and encoded["length"] == [8, 4]
+    assert encoded["labels"] == [1, 0] and [len(ids) for ids in encoded["input_ids"]] == [8, 4]
 
 
 def test_unseen_label_error():
