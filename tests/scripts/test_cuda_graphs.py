@@ -1,17 +1,21 @@
 """`--cuda_graphs` of the training scripts, as far as a CPU can check it: the flag turns on `torch.compile`'s
-`reduce-overhead` mode (CUDA graphs), refuses to run without a CUDA GPU, and the GPU collators' padding gives a corpus
-few batch shapes, each captured once; the collators' own padding of character ids gives the tokenizer's batch."""
+`reduce-overhead` mode (CUDA graphs), refuses to run without a CUDA GPU, alone gets the capturable optimizer, and the
+GPU collators' padding gives a corpus few batch shapes, each captured once; the collators' own padding of character
+ids gives the tokenizer's batch."""
 
 from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import build
 from transformers import DataCollatorForTokenClassification, HfArgumentParser
 
+from modeling_slstm import SLSTMForSequenceClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 from run_scripts.benchmarks.support import workloads
 from run_scripts.training import gpu_batching
 from run_scripts.training.arguments import SLSTMTrainingArguments
+from run_scripts.training.trainer import SLSTMTrainer
 
 
 def parse(tmp_path, *flags):
@@ -35,6 +39,22 @@ def test_cuda_graphs_is_torch_compile_in_reduce_overhead_mode(tmp_path, monkeypa
 def test_cuda_graphs_refuses_to_run_without_a_cuda_gpu(tmp_path):
     with pytest.raises(ValueError, match=r"--cuda_graphs .* needs a CUDA GPU: torch.cuda.is_available\(\) is False"):
         parse(tmp_path, "--cuda_graphs")
+
+
+def test_cuda_graphs_alone_gets_the_capturable_optimizer(tmp_path):
+    """`--cuda_graphs` with no other optimizer option still gets the capturable optimizer its help promises: Adam's
+    step counts and every group's learning rate (a tensor) on the device, each group covering the model's weights
+    once. Checked on the CPU: the flag is set after parsing, which refuses it without a CUDA GPU."""
+    model = build(SLSTMForSequenceClassification, num_labels=2)
+    arguments = SLSTMTrainingArguments(output_dir=str(tmp_path), learning_rate=0.01, report_to="none", use_cpu=True)
+    arguments.cuda_graphs = True
+    optimizer = SLSTMTrainer(model=model, args=arguments).create_optimizer()
+    assert optimizer.defaults["capturable"]
+    rates = [group["lr"] for group in optimizer.param_groups]
+    assert all(isinstance(rate, torch.Tensor) and rate.device == arguments.device for rate in rates)
+    assert [rate.item() for rate in rates] == pytest.approx([0.01] * len(rates))
+    grouped = [id(parameter) for group in optimizer.param_groups for parameter in group["params"]]
+    assert sorted(grouped) == sorted(id(parameter) for parameter in model.parameters())
 
 
 def test_gpu_batches_of_a_corpus_take_few_shapes(shared_data):
