@@ -173,15 +173,13 @@ class StaticShapeBatches:
 
     def filler_like(self, feature: dict) -> dict:
         """An empty sentence with the columns of `feature` and -100 labels of the same kind as its labels."""
-        unknown = sorted(set(feature) - set(self.filler) - {"labels", "length"})
+        unknown = sorted(set(feature) - set(self.filler) - {"labels"})
         if unknown:
             raise ValueError(
                 f"Static-shape batches fill short batches with the tokenizer's empty sentence, which has no "
-                f"{unknown}: expected only the tokenizer's columns {sorted(self.filler)}, labels and length"
+                f"{unknown}: expected only the tokenizer's columns {sorted(self.filler)} and labels"
             )
         filler = {name: values for name, values in self.filler.items() if name in feature}
-        if "length" in feature:
-            filler["length"] = len(self.filler["input_ids"])
         if "labels" in feature:
             filler["labels"] = ignored_labels_like(feature["labels"], len(self.filler["input_ids"]))
         return filler
