@@ -235,6 +235,7 @@ def viterbi_kernel(
         started = started | on_chain
     tl.debug_barrier()  # the backward pass reads what other threads of this program wrote
     best_score, tag = tl.max(alpha + end, axis=0, return_indices=True, return_indices_tie_break_left=True)
+    best_score = tl.where(started, best_score, 0.0)  # -inf without chain positions (an empty sentence): no -inf + inf
     tag = tag.to(tl.int32)
     later = tl.zeros([BLOCK_TAGS], tl.float32)  # e_t + beta_t of the next chain position t
     has_later = tl.full([], 0, tl.int1)

@@ -42,11 +42,16 @@ class SLSTMTrainer(Trainer):
             `training_recipe` (the arguments that a config's recipe set, shown under the command). The command line,
             labels, config and the `eval_`/`test_` metrics given to `report_metrics` are added when the card is
             written.
+        train_data_collator (`Callable[[list[dict]], dict]`, *optional*):
+            The collator of the training batches, where it differs from `data_collator` (which then collates the
+            evaluation and prediction batches): e.g. `gpu_batching.StaticShapeBatches`, whose fillers must not reach
+            the predictions.
         *args, **kwargs: those of `Trainer`.
     """
 
-    def __init__(self, *args, model_card: dict | None = None, **kwargs):
+    def __init__(self, *args, model_card: dict | None = None, train_data_collator=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.train_data_collator = train_data_collator
         if getattr(self.args, "early_stopping_patience", None):
             self.add_callback(EarlyStoppingCallback(self.args.early_stopping_patience))
         self.add_callback(SamplerEpochCallback(self))
@@ -95,7 +100,14 @@ class SLSTMTrainer(Trainer):
         `--per_device_train_batch_size` and `--train_sampling_strategy`); otherwise the Trainer's."""
         budget = getattr(self.args, "max_tokens_per_batch", None)
         if budget is None:
-            return super().get_train_dataloader()
+            if self.train_data_collator is None:
+                return super().get_train_dataloader()
+            # The Trainer's loader reads `self.data_collator` when it is made: the training collator for that moment.
+            evaluation_collator, self.data_collator = self.data_collator, self.train_data_collator
+            try:
+                return super().get_train_dataloader()
+            finally:
+                self.data_collator = evaluation_collator
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         column = self.args.length_column_name
@@ -114,7 +126,7 @@ class SLSTMTrainer(Trainer):
         loader = DataLoader(
             self._remove_unused_columns(self.train_dataset, description="Training"),
             batch_sampler=sampler,
-            collate_fn=self.data_collator,
+            collate_fn=self.train_data_collator or self.data_collator,
             num_workers=args.dataloader_num_workers,
             pin_memory=args.dataloader_pin_memory,
             persistent_workers=args.dataloader_persistent_workers,

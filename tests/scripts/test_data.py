@@ -284,7 +284,7 @@ def sequence_features(tokenizer, first_label) -> list[dict]:
 def test_value_checking_collator_names_sequence_labels_out_of_range(num_labels, label, message):
     # A binary classifier (num_labels=2) too: its labels are class ids like any other classifier's.
     collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=num_labels)
-    expected = rf"labels must be in \[0, {num_labels}\) \(num_labels\), got values in {message}"
+    expected = rf"labels must be in \[0, {num_labels}\) \(num_labels\) or -100 \(ignored\), got values in {message}"
     with pytest.raises(ValueError, match=expected):
         collator(sequence_features(tokenizer, label))
 
@@ -293,3 +293,9 @@ def test_value_checking_collator_takes_any_regression_target():
     # num_labels=1 is a regression: integer targets are values, not class ids.
     collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=1)
     assert collator(sequence_features(tokenizer, 7))["labels"].tolist() == [7, 1]
+
+
+def test_value_checking_collator_passes_ignored_sequence_labels():
+    """A sentence label -100 is ignored by the loss: the empty fillers of static-shape batches have it."""
+    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=3)
+    assert collator(sequence_features(tokenizer, -100))["labels"].tolist() == [-100, 1]
