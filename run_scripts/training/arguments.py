@@ -302,7 +302,8 @@ class SLSTMTrainingArguments(TrainingArguments):
             raise ValueError(
                 "--cuda_graphs captures the whole eager training step itself, so it does not combine with "
                 f"--torch_compile (got torch_compile={self.torch_compile}, --torch_compile_mode "
-                f"{self.torch_compile_mode!r}, --torch_compile_backend {self.torch_compile_backend!r}): give one of them"
+                f"{self.torch_compile_mode!r}, --torch_compile_backend {self.torch_compile_backend!r}): give one of "
+                "them"
             )
         if self.cuda_graphs_max_shapes < 1:
             raise ValueError(f"--cuda_graphs_max_shapes must be at least 1, got {self.cuda_graphs_max_shapes}")

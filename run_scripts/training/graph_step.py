@@ -48,7 +48,7 @@ def gradient_step(
     if max_grad_norm > 0:
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
     else:
-        norm = torch.nn.utils.get_total_norm([parameter.grad for parameter in parameters if parameter.grad is not None])
+        norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
     return loss.detach(), norm
 
 

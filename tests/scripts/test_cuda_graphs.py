@@ -1,6 +1,7 @@
-"""`--cuda_graphs` of the training scripts, as far as a CPU can check it: the flag turns on `torch.compile`'s
-`reduce-overhead` mode (CUDA graphs), refuses to run without a CUDA GPU, and the GPU collators' padding gives a corpus
-few batch shapes, each captured once; the collators' own padding of character ids gives the tokenizer's batch."""
+"""`--cuda_graphs` of the training scripts, as far as a CPU can check its arguments: whole-step graphs
+(tests/scripts/test_whole_step_graphs.py runs them) without `torch.compile`, refused without a CUDA GPU, and the GPU
+collators' padding gives a corpus few batch shapes, each captured once; the collators' own padding of character ids
+gives the tokenizer's batch."""
 
 from types import SimpleNamespace
 
@@ -20,15 +21,20 @@ def parse(tmp_path, *flags):
     return arguments
 
 
-def test_cuda_graphs_is_torch_compile_in_reduce_overhead_mode(tmp_path, monkeypatch):
-    arguments, conflicting = parse(tmp_path), parse(tmp_path, "--torch_compile_mode", "max-autotune")
-    assert not arguments.torch_compile
+@pytest.mark.parametrize(
+    "flags", [["--torch_compile"], ["--torch_compile_mode", "reduce-overhead"], ["--torch_compile_backend", "eager"]]
+)
+def test_cuda_graphs_capture_the_eager_step_and_refuse_torch_compile(tmp_path, monkeypatch, flags):
+    arguments, compiled = parse(tmp_path), parse(tmp_path, *flags)
+    too_few = parse(tmp_path, "--cuda_graphs_max_shapes", "0")
     # As if on a GPU machine (parsing there would also make transformers set up the GPU).
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     arguments.use_cuda_graphs()
-    assert arguments.torch_compile and arguments.torch_compile_mode == "reduce-overhead"
-    with pytest.raises(ValueError, match="'reduce-overhead', got --torch_compile_mode 'max-autotune'"):
-        conflicting.use_cuda_graphs()
+    assert not arguments.torch_compile and arguments.torch_compile_mode is None  # the model stays eager
+    with pytest.raises(ValueError, match="--cuda_graphs captures the whole eager training step .* --torch_compile"):
+        compiled.use_cuda_graphs()
+    with pytest.raises(ValueError, match="--cuda_graphs_max_shapes must be at least 1, got 0"):
+        too_few.use_cuda_graphs()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a CUDA GPU")

@@ -7,6 +7,7 @@ and parameters. Beside it: no host syncs on non-logging steps, the step's gradie
 the eager fallbacks are chosen and logged once."""
 
 import logging
+from functools import partial
 from types import SimpleNamespace
 
 import datasets
@@ -62,13 +63,12 @@ def train(tmp_path, graphs: bool, use_crf: bool = False, trainer_class=SLSTMTrai
     rows = random_ids(LENGTHS, seed=3)
     labels = [[(index + position) % len(BIO_LABELS) for position in range(len(row))] for index, row in enumerate(rows)]
     dataset = datasets.Dataset.from_dict({"input_ids": rows, "labels": labels})
-    settings = dict(
-        output_dir=str(tmp_path / ("graphs" if graphs else "eager")), per_device_train_batch_size=4,
-        max_steps=STEPS, learning_rate=0.05, lr_scheduler_type="linear", max_grad_norm=MAX_GRAD_NORM,
-        logging_steps=1, report_to="none", use_cpu=True, save_strategy="no", seed=7, dataloader_pin_memory=False,
-        disable_tqdm=True,
-    )  # fmt: skip
-    args = SLSTMTrainingArguments(**{**settings, **options})
+    args = SLSTMTrainingArguments(**{
+        "output_dir": str(tmp_path / ("graphs" if graphs else "eager")), "per_device_train_batch_size": 4,
+        "max_steps": STEPS, "learning_rate": 0.05, "lr_scheduler_type": "linear", "max_grad_norm": MAX_GRAD_NORM,
+        "logging_steps": 1, "report_to": "none", "use_cpu": True, "save_strategy": "no", "seed": 7,
+        "dataloader_pin_memory": False, "disable_tqdm": True, **options,
+    })  # fmt: skip
     args.cuda_graphs = graphs  # parsing refuses it without a CUDA GPU: set after, as the tests' way in
     config = tagger_config(use_crf=use_crf, hidden_dropout=0.1, embedding_dropout=0.1)
     model = build(SLSTMForTokenClassification, config).train()
@@ -92,7 +92,9 @@ def assert_same_training(graphed: SimpleNamespace, eager: SimpleNamespace):
     torch.testing.assert_close(torch.tensor(graphed.recorder.rates), torch.tensor(eager.recorder.rates))
     for step, (parameters, eager_parameters) in enumerate(zip(graphed.recorder.parameters, eager.recorder.parameters)):
         for parameter, eager_parameter in zip(parameters, eager_parameters, strict=True):
-            torch.testing.assert_close(parameter, eager_parameter, msg=lambda message: f"step {step}: {message}")
+            torch.testing.assert_close(
+                parameter, eager_parameter, msg=lambda message, step=step: f"step {step}: {message}"
+            )
 
 
 @pytest.mark.parametrize("use_crf", [False, True])  # the softmax loss takes the Trainer's num_items_in_batch
@@ -163,9 +165,10 @@ def test_static_outputs_change_at_every_step_and_the_returned_copies_do_not():
     # The step's outputs are static buffers (a graph's outputs): what a step returned must survive the next step.
     weight = torch.nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([weight], lr=0.1)
-    step = lambda inputs: graph_step.training_step(  # noqa: E731
-        lambda batch: (weight * batch["x"]).sum(), inputs, [weight], optimizer, max_grad_norm=0.0
-    )
+    step = partial(
+        graph_step.training_step, lambda batch: (weight * batch["x"]).sum(), parameters=[weight],
+        optimizer=optimizer, max_grad_norm=0.0,
+    )  # fmt: skip
     graphs = graph_step.WholeStepGraphs(step, optimizer, capture=False)
     first = graphs({"x": torch.tensor([1.0, 2.0])})
     second = graphs({"x": torch.tensor([3.0, 4.0])})
