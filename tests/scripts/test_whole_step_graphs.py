@@ -47,19 +47,36 @@ def collate(rows: list[dict]) -> dict:
 
 
 class Recorder(TrainerCallback):
-    """Each step's parameters and the learning rates the next step will use."""
+    """Each step's parameters, the learning rates the next step will use, and the steps of the innermost optimizer
+    (under accelerate's and `GraphSteppedOptimizer`'s wrappers)."""
 
     def __init__(self):
-        self.parameters, self.rates = [], []
+        self.parameters, self.rates, self.optimizer_steps = [], [], 0
+
+    def on_train_begin(self, args, state, control, optimizer=None, **kwargs):
+        while hasattr(optimizer, "optimizer"):
+            optimizer = optimizer.optimizer
+        optimizer.register_step_post_hook(
+            lambda *hook_args: setattr(self, "optimizer_steps", self.optimizer_steps + 1)
+        )
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
         self.parameters.append([parameter.detach().clone() for parameter in model.parameters()])
         self.rates.append([float(group["lr"]) for group in optimizer.param_groups])
 
 
-def train(tmp_path, graphs: bool, use_crf: bool = False, trainer_class=SLSTMTrainer, **options) -> SimpleNamespace:
+class LossRecordingTrainer(SLSTMTrainer):
+    """Keeps every loss `training_step` returns, to read after training."""
+
+    def training_step(self, *args, **kwargs):
+        loss = super().training_step(*args, **kwargs)
+        self.losses.append(loss)
+        return loss
+
+
+def train(tmp_path, graphs: bool, use_crf: bool = False, **options) -> SimpleNamespace:
     """`STEPS` steps of a small tagger (dropout on, clipping every step, a linear decay), eager or with the whole
-    step; what `Recorder` saw and the logs."""
+    step; what `Recorder` saw, the losses returned and the logs."""
     rows = random_ids(LENGTHS, seed=3)
     labels = [[(index + position) % len(BIO_LABELS) for position in range(len(row))] for index, row in enumerate(rows)]
     dataset = datasets.Dataset.from_dict({"input_ids": rows, "labels": labels})
@@ -73,7 +90,10 @@ def train(tmp_path, graphs: bool, use_crf: bool = False, trainer_class=SLSTMTrai
     config = tagger_config(use_crf=use_crf, hidden_dropout=0.1, embedding_dropout=0.1)
     model = build(SLSTMForTokenClassification, config).train()
     recorder = Recorder()
-    trainer = trainer_class(model=model, args=args, train_dataset=dataset, data_collator=collate, callbacks=[recorder])
+    trainer = LossRecordingTrainer(
+        model=model, args=args, train_dataset=dataset, data_collator=collate, callbacks=[recorder]
+    )
+    trainer.losses = []
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     return SimpleNamespace(trainer=trainer, recorder=recorder, logs=logs)
@@ -89,6 +109,9 @@ def assert_same_training(graphed: SimpleNamespace, eager: SimpleNamespace):
             msg=lambda message, name=name: f"{name}: {message}",
         )  # fmt: skip
     assert all(entry["grad_norm"] > MAX_GRAD_NORM for entry in eager.logs)  # the clipping (if any) would clip
+    # The losses returned, read after training: copies, not the graph's static loss that the next step overwrites.
+    torch.testing.assert_close(torch.stack(graphed.trainer.losses), torch.stack(eager.trainer.losses))
+    assert graphed.recorder.optimizer_steps == eager.recorder.optimizer_steps == STEPS  # not stepped twice
     torch.testing.assert_close(torch.tensor(graphed.recorder.rates), torch.tensor(eager.recorder.rates))
     for step, (parameters, eager_parameters) in enumerate(zip(graphed.recorder.parameters, eager.recorder.parameters)):
         for parameter, eager_parameter in zip(parameters, eager_parameters, strict=True):
@@ -170,9 +193,8 @@ def test_static_outputs_change_at_every_step_and_the_returned_copies_do_not():
         optimizer=optimizer, max_grad_norm=0.0,
     )  # fmt: skip
     graphs = graph_step.WholeStepGraphs(step, optimizer, capture=False)
-    first = graphs({"x": torch.tensor([1.0, 2.0])})
-    second = graphs({"x": torch.tensor([3.0, 4.0])})
-    assert first[0].item() == 3.0 and second[0].item() == pytest.approx(0.9 * 3 + 0.8 * 4)
+    losses = [graphs({"x": torch.tensor([float(x), 1.0])})[0] for x in (1, 2, 3)]  # SGD: weight[0] 1, 0.9, 0.7
+    assert [loss.item() for loss in losses] == pytest.approx([1 * 1 + 1, 2 * 0.9 + 0.9, 3 * 0.7 + 0.8])
     assert weight.grad is None  # ready for the next step: written, not added to
 
 
