@@ -85,6 +85,11 @@ def batch_shape(inputs: dict) -> tuple:
     return tuple((name, tuple(value.shape), value.dtype, value.device) for name, value in sorted(inputs.items()))
 
 
+def shape_text(key: tuple) -> str:
+    """`batch_shape`'s key for a log: each input's name and shape."""
+    return ", ".join(f"{name} {shape}" for name, shape, _, _ in key)
+
+
 @dataclass
 class CapturedStep:
     """The static buffers of one batch shape and, on a CUDA device, its graph."""
@@ -117,13 +122,16 @@ class WholeStepGraphs:
         self.max_graphs = max_graphs
         self.capture = torch.cuda.is_available() if capture is None else capture
         self.captured: dict[tuple, CapturedStep] = {}
+        self.uncapturable: set[tuple] = set()  # shapes whose capture failed (logged), trained eagerly
         self.logged_past_limit = False
 
     def __call__(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """Trains one step on `inputs`; returns copies of the step's outputs (the static ones change at the next
-        replay), or `None` when the shape is past `max_graphs` (nothing was done)."""
+        replay), or `None` when the shape is past `max_graphs` or its capture failed (nothing was done)."""
         key = batch_shape(inputs)
         captured = self.captured.get(key)
+        if key in self.uncapturable:
+            return None
         if captured is None:
             if len(self.captured) >= self.max_graphs:
                 self.log_past_limit(key)
@@ -152,16 +160,22 @@ class WholeStepGraphs:
         torch.cuda.current_stream().wait_stream(side)
         self.optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients in the graph's pool
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_outputs = self.step(static)
+        try:  # thread_local: the DataLoader's pin-memory thread may allocate pinned memory meanwhile
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                static_outputs = self.step(static)
+        except RuntimeError as error:
+            self.uncapturable.add(key)
+            self.optimizer.zero_grad(set_to_none=True)
+            logger.warning(f"Whole-step CUDA graphs: capturing a batch of shape {shape_text(key)} failed, its "
+                           f"batches train eagerly: {error}")  # fmt: skip
+            return outputs
         self.captured[key] = CapturedStep(static, static_outputs, graph)
         return outputs
 
     def log_past_limit(self, key: tuple) -> None:
         if not self.logged_past_limit:
-            shapes = ", ".join(f"{name} {tuple(shape)}" for name, shape, _, _ in key)
             logger.warning(
-                f"Whole-step CUDA graphs: a batch of a new shape ({shapes}) past the {self.max_graphs} captured "
+                f"Whole-step CUDA graphs: a batch of a new shape ({shape_text(key)}) past the {self.max_graphs} captured "
                 "graphs (--cuda_graphs_max_shapes) trains eagerly, as do all further new shapes (logged once)"
             )
             self.logged_past_limit = True
