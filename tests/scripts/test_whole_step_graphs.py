@@ -6,6 +6,7 @@ same batches from the same seed: over 20 steps the whole step gives the same los
 and parameters. Beside it: no host syncs on non-logging steps, the step's gradient part compiles into one graph, and
 the eager fallbacks are chosen and logged once."""
 
+import contextlib
 import logging
 from functools import partial
 from types import SimpleNamespace
@@ -30,7 +31,7 @@ from modeling_slstm import SLSTMForTokenClassification
 from run_scripts import run_classification, run_ner
 from run_scripts.training import graph_step
 from run_scripts.training.arguments import SLSTMTrainingArguments
-from run_scripts.training.trainer import SLSTMTrainer
+from run_scripts.training.trainer import HostComputedLambdaLR, SLSTMTrainer
 
 STEPS = 20
 LENGTHS = [3, 7, 4, 4, 6, 2, 5, 3, 7, 6, 2, 5, 8, 3, 4, 6, 5, 7]  # batches of 4: several widths, a short last batch
@@ -128,6 +129,8 @@ def test_the_whole_step_trains_as_the_trainers_eager_step(tmp_path, use_crf, cap
     whole_step = graphed.trainer.whole_step
     assert len(whole_step.captured) > 2  # several batch shapes, each with its static buffers
     assert caplog.text.count("no CUDA device, the whole step runs uncaptured") == 1
+    # The linear schedule writes its rates into the rate tensors, and the Trainer reads them without a sync.
+    assert type(graphed.trainer.lr_scheduler) is HostComputedLambdaLR
     decays = [entry["learning_rate"] for entry in eager.logs]
     assert decays == sorted(decays, reverse=True) and decays[-1] < decays[0] / 5  # a decaying schedule
     assert_same_training(graphed, eager)
@@ -244,3 +247,33 @@ def test_the_gradient_step_compiles_into_one_graph(traced_autograd):  # noqa: F8
     assert norm > MAX_GRAD_NORM
     for parameter, eager_gradient in zip(parameters, eager_gradients, strict=True):
         torch.testing.assert_close(parameter.grad, eager_gradient)
+
+
+def test_a_failed_capture_trains_that_shape_eagerly_logged(monkeypatch, caplog):
+    # The capture's bookkeeping, with CUDA's streams stood in for and a capture that fails (as an operation that is
+    # not capturable would): the warm-up's real step is the batch's step, and the shape's later batches go eager.
+    monkeypatch.setattr(torch.cuda, "Stream", lambda: SimpleNamespace(wait_stream=lambda stream: None))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: SimpleNamespace(wait_stream=lambda stream: None))
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
+
+    def failing_capture(graph, capture_error_mode):
+        assert capture_error_mode == "thread_local"  # the DataLoader's pin-memory thread may allocate meanwhile
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(torch.cuda, "graph", failing_capture)
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    step = partial(
+        graph_step.training_step, lambda batch: (weight * batch["x"]).sum(), parameters=[weight],
+        optimizer=optimizer, max_grad_norm=0.0,
+    )  # fmt: skip
+    graphs = graph_step.WholeStepGraphs(step, optimizer, capture=True)
+    with caplog.at_level(logging.WARNING):
+        (loss, norm) = graphs({"x": torch.tensor([1.0, 2.0])})
+        assert graphs({"x": torch.tensor([3.0, 4.0])}) is None
+        assert graphs({"x": torch.tensor([3.0, 4.0])}) is None
+    assert loss.item() == 3.0 and norm.item() == pytest.approx(5**0.5)
+    torch.testing.assert_close(weight.detach(), torch.tensor([0.9, 0.8]))  # one step, the warm-up's
+    assert weight.grad is None and not graphs.captured
+    assert caplog.text.count("capturing a batch of shape x (2,) failed, its batches train eagerly") == 1
