@@ -164,10 +164,12 @@ class WholeStepGraphs:
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 static_outputs = self.step(static)
         except RuntimeError as error:
+            if not self.uncapturable:
+                logger.warning(f"Whole-step CUDA graphs: capturing a batch of shape {shape_text(key)} failed, its "
+                               f"batches (and those of any shape whose capture fails, logged once) train eagerly: "
+                               f"{error}")  # fmt: skip
             self.uncapturable.add(key)
             self.optimizer.zero_grad(set_to_none=True)
-            logger.warning(f"Whole-step CUDA graphs: capturing a batch of shape {shape_text(key)} failed, its "
-                           f"batches train eagerly: {error}")  # fmt: skip
             return outputs
         self.captured[key] = CapturedStep(static, static_outputs, graph)
         return outputs
@@ -175,8 +177,8 @@ class WholeStepGraphs:
     def log_past_limit(self, key: tuple) -> None:
         if not self.logged_past_limit:
             logger.warning(
-                f"Whole-step CUDA graphs: a batch of a new shape ({shape_text(key)}) past the {self.max_graphs} captured "
-                "graphs (--cuda_graphs_max_shapes) trains eagerly, as do all further new shapes (logged once)"
+                f"Whole-step CUDA graphs: a batch of a new shape ({shape_text(key)}) past the {self.max_graphs} "
+                "captured graphs (--cuda_graphs_max_shapes) trains eagerly, as do all further new shapes (logged once)"
             )
             self.logged_past_limit = True
 
