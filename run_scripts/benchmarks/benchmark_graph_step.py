@@ -1,20 +1,21 @@
 #!/usr/bin/env python
-"""Whole-step CUDA graphs (`--cuda_graphs`, `run_scripts/training/graph_step.py`) on a GPU, in four parts, every row
+"""Whole-step CUDA graphs (`--cuda_graphs`, `run_scripts/training/graph_step.py`) on a GPU, in five parts, every row
 printed as it is made (a run cut short still reports):
 
 - `match`: `SLSTMTrainer` with whole-step graphs against the Trainer's eager step, the same batches from the same
   seed (the paper's NER config with character features, dropout off: a graph draws its dropout masks from another
   random stream), a linear decay and clipping that clips: per step the two losses, gradient norms and learning
-  rates, then the largest parameter difference;
+  rates, then the largest parameter difference, the graphs captured and each run's peak reserved GPU memory (the
+  graphs' pools included);
 - `host`: host time per bare training step measured on the GPU machine: the eager step and the graph's replay
   (batch copied in, replay, scheduler), the BiLSTM-CRF with the same character CNN beside them (eager: it reads
   lengths on the host). Host ms: the time to launch one step after a sync, the queue empty (nothing in the step
-  waits for the GPU); GPU ms: CUDA events around the same step; back-to-back ms: N steps launched, then one sync. The
-  CPU proxy of the same step (every kernel launch a no-op) is `benchmark_host_time.py` (docs/benchmarks.md, "Host
-  time per training step");
+  waits for the GPU; the BiLSTM's own syncs excepted); GPU ms: CUDA events around the same step; back-to-back ms: N
+  steps launched, then one sync;
 - `launch`: the host cost of one Triton launch through the JIT launcher (`kernel[grid](...)`) and through the
-  compiled kernel's own launcher (`kernel.warmup(...)`, then `compiled[grid](...)`, and its bare `run`).
-
+  compiled kernel's own launcher (`kernel.warmup(...)`, then `compiled[grid](...)`, and its bare `run`);
+- `proxy`: the CPU proxy of the host part on this machine's CPU, `benchmark_host_time.py` at batches of 10x32 (its
+  own process: it makes Triton interpret the kernels), its output passed through;
 - `epochs`: one training epoch of CoNLL-2003 NER and of movie review through the training scripts with
   `--cuda_graphs` (capture time included), beside the eager S-LSTM and the BiLSTM with the same character CNN
   (`benchmark_epochs.py`'s runs; `graph_step_epochs.{csv,md}` and each run's log in `--output_dir`).
@@ -27,6 +28,7 @@ printed as it is made (a run cut short still reports):
 
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +50,11 @@ from run_scripts.training.graph_step import WholeStepGraphs, training_step
 from run_scripts.training.model_setup import load_fresh_config
 from run_scripts.training.trainer import HostComputedLambdaLR, SLSTMTrainer, capturable_options
 
-PARTS = ("match", "host", "launch", "epochs")
+PARTS = ("match", "host", "launch", "proxy", "epochs")
+PROXY = ["run_scripts/benchmarks/benchmark_host_time.py", "--tasks", "ner", "classification", "--models", "slstm-fused",
+         "bilstm", "--shapes", "10x32", "--classification_shapes", "10x32", "--rounds", "1", "--steps", "10",
+         "--no_trainer_steps"]  # fmt: skip
+"""The CPU proxy of the host part's steps (every kernel launch a no-op, hidden size 8), on this machine's CPU."""
 EPOCH_RUNS = ["ner-slstm+cuda-graphs", "ner-slstm", "ner-bilstm1", "movie-review-slstm+cuda-graphs",
               "movie-review-slstm", "movie-review-bilstm1"]  # fmt: skip
 CONLL_LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
@@ -174,7 +180,7 @@ class StepLog(TrainerCallback):
 
 
 def train_steps(task: str, precision: str, graphs: bool, args: GraphStepArguments, log: StepLog):
-    """`args.match_steps` steps of `SLSTMTrainer`; the trained model."""
+    """`args.match_steps` steps of `SLSTMTrainer`: `(model, seconds, graphs captured, peak reserved MB)`."""
     model = fresh_model(task, "slstm", args, dropout=False)
     batches = [random_batch(model, args.batch, args.lengths[i % len(args.lengths)], seed=i) for i in range(8)]
     with tempfile.TemporaryDirectory() as folder:
@@ -187,19 +193,22 @@ def train_steps(task: str, precision: str, graphs: bool, args: GraphStepArgument
         training_args.cuda_graphs = graphs  # set after parsing, which refuses it on a CPU (the dry run)
         trainer = SLSTMTrainer(model=model, args=training_args, train_dataset=batches,
                                data_collator=lambda items: items[0], callbacks=[log])  # fmt: skip
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
         started = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - started
     shapes = len(trainer.whole_step.captured) if trainer.whole_step is not None else 0
-    return model, seconds, shapes
+    peak = torch.cuda.max_memory_reserved() / 2**20 if torch.cuda.is_available() else float("nan")
+    return model, seconds, shapes, peak
 
 
 def match(task: str, precision: str, args: GraphStepArguments) -> bool:
     label = f"{task}-{precision}"
     eager_log = StepLog(label)
-    eager, eager_seconds, _ = train_steps(task, precision, False, args, eager_log)
+    eager, eager_seconds, _, eager_peak = train_steps(task, precision, False, args, eager_log)
     graph_log = StepLog(label, eager_log.logs)
-    graphed, graph_seconds, shapes = train_steps(task, precision, True, args, graph_log)
+    graphed, graph_seconds, shapes, graph_peak = train_steps(task, precision, True, args, graph_log)
     largest = max((p - q).abs().max().item() for p, q in zip(graphed.parameters(), eager.parameters(), strict=True))
     scale = max(q.abs().max().item() for q in eager.parameters())
     worst = max(abs(g["loss"] - e["loss"]) / abs(e["loss"]) for g, e in zip(graph_log.logs, eager_log.logs))
@@ -207,7 +216,8 @@ def match(task: str, precision: str, args: GraphStepArguments) -> bool:
     emit({"part": "match", "run": label, "steps": len(graph_log.logs), "graphs": shapes,
           "max_rel_loss_diff": worst, "max_abs_parameter_diff": largest,
           "max_abs_parameter": scale, "eager_s": eager_seconds,
-          "graph_s_with_capture": graph_seconds, "verdict": "match" if matches else "MISMATCH"})  # fmt: skip
+          "graph_s_with_capture": graph_seconds, "eager_peak_reserved_mb": eager_peak,
+          "graph_peak_reserved_mb": graph_peak, "verdict": "match" if matches else "MISMATCH"})  # fmt: skip
     return matches
 
 
@@ -329,6 +339,17 @@ def launch_rows(args: GraphStepArguments):
             emit({"part": "launch", "launcher": name, "error": f"{type(error).__name__}: {error}"})
 
 
+def proxy_rows(run_timeout: float):
+    command = [sys.executable, str(REPOSITORY_ROOT / PROXY[0]), *PROXY[1:]]
+    emit({"part": "proxy", "command": " ".join(command)})
+    try:
+        finished = subprocess.run(command, check=False, capture_output=True, text=True, timeout=run_timeout)
+        print(finished.stdout, flush=True)
+        emit({"part": "proxy", "status": f"exit {finished.returncode}", "stderr_tail": finished.stderr[-300:]})
+    except subprocess.TimeoutExpired:
+        emit({"part": "proxy", "status": f"stopped after {run_timeout:.0f} s"})
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # epochs: the training scripts with whole-step graphs, beside eager and the BiLSTM with the same character CNN
 # --------------------------------------------------------------------------------------------------------------------
@@ -366,6 +387,8 @@ def main(argv=None) -> bool:
             host_rows(task, args)
     if "launch" in args.parts:
         launch_rows(args)
+    if "proxy" in args.parts:
+        proxy_rows(args.run_timeout)
     if "epochs" in args.parts:
         arguments = sys.argv[1:] if argv is None else argv
         epoch_rows(args, " ".join(["python", "run_scripts/benchmarks/benchmark_graph_step.py", *arguments]))
