@@ -109,7 +109,8 @@ class WholeStepGraphs:
         optimizer (`torch.optim.Optimizer`): the optimizer `step` steps; its gradients are set to `None` before each
             capture.
         max_graphs (`int`, *optional*, defaults to 16): the most shapes captured; `__call__` returns `None` for a
-            new shape past them (logged once), and the caller trains that batch eagerly.
+            new shape past them or a batch with inputs other than tensors (logged once), and the caller trains that
+            batch eagerly.
         capture (`bool`, *optional*): capture CUDA graphs (default: when CUDA is available). Without, `step` is
             called directly on the same static buffers, its outputs copied into the static outputs: everything but
             the capture runs, as on a CPU.
@@ -123,18 +124,24 @@ class WholeStepGraphs:
         self.capture = torch.cuda.is_available() if capture is None else capture
         self.captured: dict[tuple, CapturedStep] = {}
         self.uncapturable: set[tuple] = set()  # shapes whose capture failed (logged), trained eagerly
-        self.logged_past_limit = False
+        self.logged: set[str] = set()  # the eager cases already logged (`log_once`)
 
     def __call__(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """Trains one step on `inputs`; returns copies of the step's outputs (the static ones change at the next
         replay), or `None` when the shape is past `max_graphs` or its capture failed (nothing was done)."""
+        if not all(isinstance(value, torch.Tensor) for value in inputs.values()):
+            self.log_once(f"a batch with inputs other than tensors ({', '.join(map(str, inputs))})")
+            return None
         key = batch_shape(inputs)
         captured = self.captured.get(key)
         if key in self.uncapturable:
             return None
         if captured is None:
             if len(self.captured) >= self.max_graphs:
-                self.log_past_limit(key)
+                self.log_once(
+                    f"a batch of a new shape ({shape_text(key)}) past the {self.max_graphs} captured graphs "
+                    "(--cuda_graphs_max_shapes)"
+                )
                 return None
             return self.first_step(key, inputs)
         for name, buffer in captured.inputs.items():
@@ -174,13 +181,12 @@ class WholeStepGraphs:
         self.captured[key] = CapturedStep(static, static_outputs, graph)
         return outputs
 
-    def log_past_limit(self, key: tuple) -> None:
-        if not self.logged_past_limit:
-            logger.warning(
-                f"Whole-step CUDA graphs: a batch of a new shape ({shape_text(key)}) past the {self.max_graphs} "
-                "captured graphs (--cuda_graphs_max_shapes) trains eagerly, as do all further new shapes (logged once)"
-            )
-            self.logged_past_limit = True
+    def log_once(self, case: str) -> None:
+        """Says, once per `case`'s first words, that a batch trains eagerly and why."""
+        kind = case.split(" (")[0]
+        if kind not in self.logged:
+            logger.warning(f"Whole-step CUDA graphs: {case} trains eagerly, as will all such batches (logged once)")
+            self.logged.add(kind)
 
 
 class GraphSteppedOptimizer(torch.optim.Optimizer):

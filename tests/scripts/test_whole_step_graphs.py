@@ -141,7 +141,7 @@ def test_a_shape_past_the_limit_trains_eagerly_logged_once(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         graphed = train(tmp_path, graphs=True, cuda_graphs_max_shapes=2)
     assert len(graphed.trainer.whole_step.captured) == 2
-    assert caplog.text.count("past the 2 captured graphs") == 1
+    assert caplog.text.count("past the 2 captured graphs (--cuda_graphs_max_shapes) trains eagerly") == 1
     assert_same_training(graphed, eager)
 
 
@@ -187,7 +187,7 @@ def test_eager_reason_of_a_peft_or_quantised_layer():
     assert "quantisation" in graph_step.eager_reason(args, quantised)
 
 
-def test_static_outputs_change_at_every_step_and_the_returned_copies_do_not():
+def test_static_outputs_change_at_every_step_and_the_returned_copies_do_not(caplog):
     # The step's outputs are static buffers (a graph's outputs): what a step returned must survive the next step.
     weight = torch.nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([weight], lr=0.1)
@@ -199,6 +199,10 @@ def test_static_outputs_change_at_every_step_and_the_returned_copies_do_not():
     losses = [graphs({"x": torch.tensor([float(x), 1.0])})[0] for x in (1, 2, 3)]  # SGD: weight[0] 1, 0.9, 0.7
     assert [loss.item() for loss in losses] == pytest.approx([1 * 1 + 1, 2 * 0.9 + 0.9, 3 * 0.7 + 0.8])
     assert weight.grad is None  # ready for the next step: written, not added to
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            assert graphs({"x": torch.tensor([1.0, 1.0]), "note": "text"}) is None
+    assert caplog.text.count("a batch with inputs other than tensors (x, note) trains eagerly") == 1
 
 
 @pytest.mark.parametrize(
