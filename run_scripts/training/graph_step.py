@@ -16,13 +16,14 @@ How: PyTorch's whole-network capture recipe (`torch.cuda.graph`), around `traini
 - the loss and the gradient norm come back as copies of the graph's static outputs, read on the host only when the
   Trainer logs.
 
-Why not `torch.compile`'s compiled optimizer (or its `reduce-overhead` mode, what `--cuda_graphs` was before): there
-a step is several graphs, forward and backward (split at `backward()` unless compiled autograd traces it) and the
-optimizer (torch.optim's `step` is compiled on its own), with clipping and the schedule run eagerly between them;
-every batch shape costs a compilation of tens of seconds; and which graphs it records, when, and what memory they
-keep is torch.compile's choice, not ours. A captured graph of the eager step takes a second per shape, holds the
-whole step, and keeps the capture itself to a few lines (`WholeStepGraphs.first_step`): on the CPU the same
-`training_step` is called directly (`capture=False`), so the tests run everything else whole.
+Why not `torch.compile`'s compiled optimizer (with `--torch_compile_mode reduce-overhead` for forward and backward):
+there a step is several graphs, forward and backward (split at `backward()` unless compiled autograd traces it) and
+the optimizer (torch.optim's `step` is compiled on its own), with clipping and the schedule run eagerly between them;
+every batch shape costs a compilation; and which graphs it records, when, and what memory they keep is
+torch.compile's choice. Capturing the eager step compiles nothing (one warm-up step and one capture per shape), holds
+the whole step in one graph, and keeps the capture itself to a few lines (`WholeStepGraphs.first_step`): on the CPU
+the same `training_step` is called directly (`capture=False`), so the tests run everything else whole. A shape whose
+capture fails trains eagerly (logged once).
 """
 
 import logging
