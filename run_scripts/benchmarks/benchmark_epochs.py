@@ -10,7 +10,9 @@ bf16 autocast on a GPU, no evaluation and no checkpoints; the time is the Traine
 steps; data preparation and saving are outside it). Word embeddings are the configs' own (300 dimensions, random):
 the pretrained-vector packages are not needed for a timing. `+compile-graphs` runs add transformers'
 `--torch_compile --torch_compile_mode reduce-overhead` (CUDA graphs through `torch.compile`), whose compilation is
-part of the epoch: they say whether the option pays for a whole epoch.
+part of the epoch: they say whether the option pays for a whole epoch. `+cuda-graphs` runs add the scripts'
+`--cuda_graphs` (whole training steps replayed from CUDA graphs), capture included. Every run, the BiLSTM's too,
+trains with character features (`use_char_features=true`): the baselines compare like for like.
 
     python run_scripts/benchmarks/benchmark_epochs.py --data_dir ../shared/data --output_dir out/epochs
     python run_scripts/benchmarks/benchmark_epochs.py --data_dir ../shared/data --runs ner-slstm ner-bilstm1 \
@@ -44,6 +46,7 @@ CONFIGS = {
     ("ner", "bilstm1"): "hub_configs/baselines/bilstm1-ner-crf.json",
 }
 COMPILE_GRAPHS = ["--torch_compile", "--torch_compile_mode", "reduce-overhead"]
+WHOLE_STEP_GRAPHS = ["--cuda_graphs"]
 RUNS = {
     "movie-review-slstm": ("movie-review", "slstm", []),
     "movie-review-bilstm1": ("movie-review", "bilstm1", []),
@@ -51,6 +54,8 @@ RUNS = {
     "ner-bilstm1": ("ner", "bilstm1", []),
     "ner-slstm+compile-graphs": ("ner", "slstm", COMPILE_GRAPHS),
     "movie-review-slstm+compile-graphs": ("movie-review", "slstm", COMPILE_GRAPHS),
+    "ner-slstm+cuda-graphs": ("ner", "slstm", WHOLE_STEP_GRAPHS),
+    "movie-review-slstm+cuda-graphs": ("movie-review", "slstm", WHOLE_STEP_GRAPHS),
 }
 FIELDS = ["run", "task", "model", "options", "device_name", "seconds_per_epoch", "train_samples_per_second", "status"]
 FIELDS += ["wall_seconds", "paper_seconds_per_epoch"]

@@ -9,9 +9,8 @@ has 115 tokens), the movie-review one 8. Outputs do not change (the model is exa
 batches stay padded to their longest sentence, as before.
 
 CUDA graphs and `torch.compile` stay options of the training scripts, off by default: `--cuda_graphs` replays each
-training step's forward and backward from a CUDA graph captured once per batch shape (transformers' `--torch_compile`
-with `--torch_compile_mode reduce-overhead`), and `run_scripts/benchmarks/gpu_checks.sh` measures whether they pay for
-a whole epoch.
+whole training step from a CUDA graph captured once per batch shape (`graph_step.py`), and
+`run_scripts/benchmarks/gpu_checks.sh` measures whether it pays for a whole epoch.
 
 Static shapes (`--cuda_graphs` on a CUDA device, `training_data_collator`): a graph that replays a whole training step
 holds one batch shape, so the training batches come in a few fixed shapes, `(per_device_train_batch_size, width)`:

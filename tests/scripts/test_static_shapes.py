@@ -2,9 +2,11 @@
 checked on the CPU: the width bucket of a length, the filled batch's tensors, and that the empty filler sentences
 change neither the loss nor any gradient of every head (against the same batch without them), with no NaN."""
 
+import logging
 import math
 from types import SimpleNamespace
 
+import datasets
 import pytest
 import torch
 from helpers import BIO_LABELS, randomize_
@@ -145,7 +147,6 @@ def test_training_collator_is_static_only_when_asked_and_refuses_token_budgets(t
 
 def test_trainer_fills_training_batches_only(tokenizer, tmp_path):
     """The fillers reach the training batches, never the evaluation batches (whose predictions are the rows)."""
-    import datasets
 
     dataset = datasets.Dataset.from_list(token_features(tokenizer) * 2)  # 8 sentences: batches of 3, 3, 2
     args = training_arguments(tmp_path, per_device_train_batch_size=3, per_device_eval_batch_size=3)
@@ -281,7 +282,6 @@ def test_a_batch_of_one_sentence_and_fillers_has_finite_gradients(tokenizer, hea
 def test_training_with_filled_batches_follows_training_without(tokenizer, tmp_path, use_crf):
     """Two epochs of `SLSTMTrainer` over 8 sentences in batches of 3 (the last one of 2, filled): the same losses and
     parameters as with the plain collator, with the Trainer's own token count (`num_items_in_batch`) for the softmax."""
-    import datasets
 
     dataset = datasets.Dataset.from_list(token_features(tokenizer) * 2)
     runs = {}
@@ -344,3 +344,24 @@ def test_batch_shapes_benchmark_tells_static_shapes_from_multiples_of_8(shared_d
     assert [row["absent"] for row in absent] == [
         str(tmp_path / path) for path in benchmark_batch_shapes.CORPUS_PATHS.values()
     ]
+
+
+def test_with_cuda_graphs_a_batch_past_the_buckets_trains_eagerly_logged_once(tokenizer, tmp_path, caplog):
+    # Sentences of 7, 11, 3 and 7 tokens, one a batch, with a single rung of 8: the 11-token one is padded to 16,
+    # past the buckets, and must not take a graph of its own.
+    dataset = datasets.Dataset.from_list(token_features(tokenizer))
+    args = training_arguments(tmp_path, per_device_train_batch_size=1, max_steps=4, save_strategy="no", seed=3)
+    args.cuda_graphs = True  # parsing refuses it without a CUDA GPU: set after, as the tests' way in
+    model, collator_class = token_classifier(tokenizer, use_crf=False)
+    trainer = SLSTMTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=gpu_batching.data_collator(collator_class, tokenizer, args),
+        train_data_collator=StaticShapeBatches(collator_class, tokenizer, 1, buckets=(8,)),
+    )
+    with caplog.at_level(logging.WARNING):
+        trainer.train()
+    captured_widths = [dict((name, shape) for name, shape, *_ in key)["input_ids"] for key in trainer.whole_step.captured]
+    assert captured_widths == [(1, 8)]
+    assert caplog.text.count("a batch of a shape past the static-shape buckets (1x16) trains eagerly") == 1
