@@ -44,7 +44,9 @@ class CompileCountArguments:
         default_factory=lambda: list(range(8, 121, 8)), metadata={"help": "padded batch widths (tokens)"}
     )
     batch_size: int = field(default=2, metadata={"help": "sentences per batch (no kernel is specialised on it)"})
-    hidden_size: int | None = field(default=None, metadata={"help": "override the configs' hidden and embedding sizes"})
+    hidden_size: int | None = field(
+        default=None, metadata={"help": "override the configs' hidden and embedding sizes"}
+    )
     time_compiles: str = field(
         default="all", metadata={"help": f"compile for sm_90 and time: {', '.join(COMPILE_TIMINGS)} keys per kernel"}
     )
@@ -85,9 +87,8 @@ def compile_rows(task: str, args: CompileCountArguments) -> list[dict]:
     for kernel, by_key in kernel_compiles.distinct_keys(launches).items():
         timed = {"all": list(by_key.values()), "first": list(by_key.values())[:1], "none": []}[args.time_compiles]
         seconds = kernel_compiles.time_gpu_compiles(timed) if timed else []
-        rows.append(
-            {"task": task, "kernel": kernel, "launches": launch_counts[kernel], "keys": len(by_key), "seconds": seconds}
-        )
+        row = {"task": task, "kernel": kernel, "launches": launch_counts[kernel], "keys": len(by_key)}
+        rows.append({**row, "seconds": seconds})
     return rows
 
 
