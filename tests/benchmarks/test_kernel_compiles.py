@@ -59,3 +59,11 @@ def test_the_key_changes_where_triton_compiles_anew(ner_launches):
     assert key(with_arguments(crf, num_tags=16)) != key(crf)
     for launch in step, crf:
         assert {key(with_arguments(launch, seq=seq)) for seq in (1, 8, 16, 24, 32, 120)} == {key(launch)}
+
+
+def test_a_recorded_launch_compiles_for_sm_90(ner_launches):
+    """A recorded launch's variant compiles to an sm_90 binary in `time_gpu_compiles`' own process (the benchmark's
+    compile timing), from the signature, constexprs and attributes its key holds."""
+    viterbi = next(launch for launch in ner_launches if launch.kernel == "viterbi_kernel")
+    (seconds,) = kernel_compiles.time_gpu_compiles([viterbi])
+    assert seconds > 0

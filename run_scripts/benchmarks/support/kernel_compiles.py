@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from unittest import mock
 
 from modeling_slstm import triton_crf, triton_kernels, triton_step
+from run_scripts import REPOSITORY_ROOT
 
 LAUNCHING_MODULES = {
     # module that launches kernels: (the module that defines them, their names)
@@ -122,11 +123,13 @@ def time_gpu_compiles(launches: list[Launch]) -> list[float]:
     without the interpreter, in order."""
     requests = [_compile_request(launch) for launch in launches]
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    # This checkout's package, as in this process.
+    environment["PYTHONPATH"] = os.pathsep.join([str(REPOSITORY_ROOT), os.environ.get("PYTHONPATH", "")])
     with tempfile.TemporaryDirectory() as cache:
         environment["TRITON_CACHE_DIR"] = cache
         run = subprocess.run(
-            [sys.executable, "-m", __spec__.name], input=pickle.dumps(requests), env=environment, capture_output=True,
-            check=False,
+            [sys.executable, "-m", __spec__.name], input=pickle.dumps(requests), env=environment, cwd=REPOSITORY_ROOT,
+            capture_output=True, check=False,
         )  # fmt: skip
     if run.returncode:
         raise RuntimeError(f"compiling for sm_90 failed:\n{run.stderr.decode()[-5000:]}")
