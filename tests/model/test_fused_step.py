@@ -265,7 +265,7 @@ def test_fused_gradients_for_any_upstream_gradient_layout(case, device, monkeypa
 
 TILINGS = {
     # The GPU's tiles: at hidden 40, BLOCK_H 32 (2 hidden blocks) and, for the 8 gate slots of window 2 with 2 nodes,
-    # BLOCK_S 16 (3 position blocks of 37 words).
+    # BLOCK_S 16 (3 position blocks of 37 words); 32 for the sentence bodies (2 blocks).
     "gpu tiles": {},
     # BLOCK_H 16 (3 hidden blocks), BLOCK_S 8 for the word bodies (5 position blocks), 32 for the sentence bodies.
     "small tiles": {"values_per_tile": 1024, "max_block_h": 16},
