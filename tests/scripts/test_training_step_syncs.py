@@ -108,6 +108,17 @@ def write_classification_data(folder) -> list[str]:
             str(folder / "train.txt")]  # fmt: skip
 
 
+def profiled_run_arguments(write_data, tmp_path) -> list[str]:
+    """A training script's command line for the profiled steps: `write_data`'s data, a small model, no logging step
+    among them."""
+    return [
+        *write_data(tmp_path), "--config_overrides", "hidden_size=8,embedding_dim=8,num_steps=1",
+        "--output_dir", str(tmp_path / "output"), "--do_train", "--max_steps", str(PROFILED_STEPS.stop + 1),
+        "--per_device_train_batch_size", "16", "--save_strategy", "no", "--report_to", "none", "--threads", "1",
+        "--logging_steps", "1000", "--disable_tqdm", "true",
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("script", "write_data"), [(run_ner, write_ner_data), (run_classification, write_classification_data)]
 )
@@ -115,14 +126,8 @@ def test_training_scripts_make_no_host_syncs_on_non_logging_steps(script, write_
     # The scripts' defaults and the config's recipe (length-grouped batches, per-epoch decay, clipping, fused AdamW),
     # a small model; several epochs, so that the profiled steps cross an epoch's end.
     profiler = StepProfiler()
-    argv = [
-        *write_data(tmp_path), "--config_overrides", "hidden_size=8,embedding_dim=8,num_steps=1",
-        "--output_dir", str(tmp_path / "output"), "--do_train", "--max_steps", str(PROFILED_STEPS.stop + 1),
-        "--per_device_train_batch_size", "16", "--save_strategy", "no", "--report_to", "none", "--threads", "1",
-        "--logging_steps", "1000", "--disable_tqdm", "true",
-    ]  # fmt: skip
     monkeypatch.setattr(script, "SLSTMTrainer", profiling_trainer(profiler))
-    monkeypatch.setattr("sys.argv", ["", *argv])
+    monkeypatch.setattr("sys.argv", ["", *profiled_run_arguments(write_data, tmp_path)])
     script.main()
     names = {event.name for event in profiler.profile.events()}
     assert {"aten::_fused_adamw_", *MODEL_RANGES} <= names  # the profile holds whole steps
@@ -195,13 +200,19 @@ def test_the_training_step_compiles_into_one_graph(traced_autograd):
         return loss.detach(), norm
 
     model.eval()  # no dropout: eager and compiled steps see the same values
-    eager_loss, eager_norm = training_step()
+    assert_compiles_in_one_graph(training_step, model, parameters, max_grad_norm=0.1)
+
+
+def assert_compiles_in_one_graph(gradient_step, model, parameters: list, max_grad_norm: float):
+    """`gradient_step()` (returning the loss and the clipped gradient norm) compiles with `fullgraph=True` and gives
+    eager's loss, norm and gradients of `parameters`, the norm past `max_grad_norm` (the clipping clipped)."""
+    eager_loss, eager_norm = gradient_step()
     eager_gradients = [parameter.grad.clone() for parameter in parameters]
     model.zero_grad()
-    loss, norm = torch.compile(training_step, backend="eager", fullgraph=True)()
+    loss, norm = torch.compile(gradient_step, backend="eager", fullgraph=True)()
     torch.testing.assert_close(loss, eager_loss)
     torch.testing.assert_close(norm, eager_norm)
-    assert norm > 0.1
+    assert norm > max_grad_norm
     for gradient, eager_gradient in zip((parameter.grad for parameter in parameters), eager_gradients, strict=True):
         torch.testing.assert_close(gradient, eager_gradient)
 

@@ -17,9 +17,10 @@ import torch
 from helpers import BIO_LABELS, build, random_ids, tagger_config
 from test_training_step_syncs import (
     MODEL_RANGES,
-    PROFILED_STEPS,
     StepProfiler,
+    assert_compiles_in_one_graph,
     device_syncs,
+    profiled_run_arguments,
     profiling_trainer,
     traced_autograd,  # noqa: F401 (a fixture)
     write_classification_data,
@@ -187,14 +188,20 @@ def test_eager_reason_of_a_peft_or_quantised_layer():
     assert "quantisation" in graph_step.eager_reason(args, quantised)
 
 
-def test_static_outputs_change_at_every_step_and_the_returned_copies_do_not(caplog):
-    # The step's outputs are static buffers (a graph's outputs): what a step returned must survive the next step.
+def one_weight_sgd_step():
+    """A weight `(2,)` of ones, its SGD optimizer (lr 0.1) and the whole training step of the loss `weight · x`."""
     weight = torch.nn.Parameter(torch.ones(2))
     optimizer = torch.optim.SGD([weight], lr=0.1)
     step = partial(
         graph_step.training_step, lambda batch: (weight * batch["x"]).sum(), parameters=[weight],
         optimizer=optimizer, max_grad_norm=0.0,
     )  # fmt: skip
+    return weight, optimizer, step
+
+
+def test_static_outputs_change_at_every_step_and_the_returned_copies_do_not(caplog):
+    # The step's outputs are static buffers (a graph's outputs): what a step returned must survive the next step.
+    weight, optimizer, step = one_weight_sgd_step()
     graphs = graph_step.WholeStepGraphs(step, optimizer, capture=False)
     losses = [graphs({"x": torch.tensor([float(x), 1.0])})[0] for x in (1, 2, 3)]  # SGD: weight[0] 1, 0.9, 0.7
     assert [loss.item() for loss in losses] == pytest.approx([1 * 1 + 1, 2 * 0.9 + 0.9, 3 * 0.7 + 0.8])
@@ -212,12 +219,7 @@ def test_the_whole_step_makes_no_host_syncs_on_non_logging_steps(script, write_d
     # The training scripts with the recipe (length-grouped batches, per-epoch decay, clipping, fused AdamW) and
     # --cuda_graphs (its refusal on a CPU lifted): the whole step, uncaptured, reads nothing back.
     profiler = StepProfiler()
-    argv = [
-        *write_data(tmp_path), "--config_overrides", "hidden_size=8,embedding_dim=8,num_steps=1",
-        "--output_dir", str(tmp_path / "output"), "--do_train", "--max_steps", str(PROFILED_STEPS.stop + 1),
-        "--per_device_train_batch_size", "16", "--save_strategy", "no", "--report_to", "none", "--threads", "1",
-        "--logging_steps", "1000", "--disable_tqdm", "true", "--cuda_graphs",
-    ]  # fmt: skip
+    argv = [*profiled_run_arguments(write_data, tmp_path), "--cuda_graphs"]
     monkeypatch.setattr(SLSTMTrainingArguments, "use_cuda_graphs", lambda self: None)
     trainer_class = profiling_trainer(profiler)
     monkeypatch.setattr(script, "SLSTMTrainer", trainer_class)
@@ -242,15 +244,7 @@ def test_the_gradient_step_compiles_into_one_graph(traced_autograd):  # noqa: F8
     def step():
         return graph_step.gradient_step(lambda inputs: model(**inputs).loss, batch, parameters, MAX_GRAD_NORM)
 
-    eager_loss, eager_norm = step()
-    eager_gradients = [parameter.grad.clone() for parameter in parameters]
-    model.zero_grad()
-    loss, norm = torch.compile(step, backend="eager", fullgraph=True)()
-    torch.testing.assert_close(loss, eager_loss)
-    torch.testing.assert_close(norm, eager_norm)
-    assert norm > MAX_GRAD_NORM
-    for parameter, eager_gradient in zip(parameters, eager_gradients, strict=True):
-        torch.testing.assert_close(parameter.grad, eager_gradient)
+    assert_compiles_in_one_graph(step, model, parameters, MAX_GRAD_NORM)
 
 
 def test_a_failed_capture_trains_that_shape_eagerly_logged(monkeypatch, caplog):
@@ -266,12 +260,7 @@ def test_a_failed_capture_trains_that_shape_eagerly_logged(monkeypatch, caplog):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(torch.cuda, "graph", failing_capture)
-    weight = torch.nn.Parameter(torch.ones(2))
-    optimizer = torch.optim.SGD([weight], lr=0.1)
-    step = partial(
-        graph_step.training_step, lambda batch: (weight * batch["x"]).sum(), parameters=[weight],
-        optimizer=optimizer, max_grad_norm=0.0,
-    )  # fmt: skip
+    weight, optimizer, step = one_weight_sgd_step()
     graphs = graph_step.WholeStepGraphs(step, optimizer, capture=True)
     with caplog.at_level(logging.WARNING):
         (loss, norm) = graphs({"x": torch.tensor([1.0, 2.0])})
