@@ -3,7 +3,9 @@
 kernel is short (the paper's batches of 10 short sentences), measured on a CPU.
 
 For the paper's NER, POS and movie-review classification configs (`hub_configs/`), the S-LSTM with its readable step
-and its fused step, and the 1-layer BiLSTM baseline (`hub_configs/baselines/`) beside them, all at hidden size 8:
+and its fused step, and the 1-layer BiLSTM baseline (`hub_configs/baselines/`) beside them, all at hidden size 8. The
+NER BiLSTM-CRF has the S-LSTM NER config's character CNN (`bilstm1-ner-crf-chars.json`), so that the two compare like
+for like; `bilstm-no-chars` is the BiLSTM-CRF without it (`bilstm1-ner-crf.json`), an extra row of NER only:
 - the phases of a bare training step: forward with the loss, backward, gradient clipping (`clip_grad_norm_` at the
   recipe's 3.0), and the optimizer step with the scheduler (the Trainer's optimizer, the per-epoch decay's
   `LambdaLR`, `zero_grad`);
@@ -61,16 +63,27 @@ CONLL_LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-
 POS_TAGS = [f"TAG{index}" for index in range(45)]  # the Penn Treebank's 45 tags
 CLASSES = ["negative", "positive"]
 TASKS = {
-    # task: (S-LSTM config, BiLSTM config, labels, training script)
-    "ner": ("slstm-ner-crf.json", "bilstm1-ner-crf.json", CONLL_LABELS, run_ner),
-    "pos": ("slstm-pos.json", "bilstm1-pos.json", POS_TAGS, run_ner),
-    "classification": ("slstm-classification-paper.json", "bilstm1-classification.json", CLASSES, run_classification),
+    # task: (S-LSTM config, {baseline model: its config}, labels, training script)
+    "ner": (
+        "slstm-ner-crf.json",
+        {"bilstm": "bilstm1-ner-crf-chars.json", "bilstm-no-chars": "bilstm1-ner-crf.json"},
+        CONLL_LABELS,
+        run_ner,
+    ),
+    "pos": ("slstm-pos.json", {"bilstm": "bilstm1-pos.json"}, POS_TAGS, run_ner),
+    "classification": (
+        "slstm-classification-paper.json",
+        {"bilstm": "bilstm1-classification.json"},
+        CLASSES,
+        run_classification,
+    ),
 }
 MODELS = {
     # model: (S-LSTM or BiLSTM, step_implementation: the S-LSTM's step and the CRF's plain loops or their kernels)
     "slstm-readable": ("slstm", "eager"),
     "slstm-fused": ("slstm", "triton"),
     "bilstm": ("bilstm", "triton"),
+    "bilstm-no-chars": ("bilstm", "triton"),  # NER only: the BiLSTM-CRF without the character CNN
 }
 PHASES = ("forward+loss", "backward", "clipping", "optimizer+scheduler")
 VOCABULARY = [f"w{index}ord" for index in range(500)]
@@ -126,22 +139,25 @@ def small_operator_seconds(calls: int = 20_000, rounds: int = 7) -> float:
     return statistics.median(means)
 
 
+def task_has(task: str, model: str) -> bool:
+    """Whether `task` has a config for `model` (`bilstm-no-chars` is NER's only)."""
+    return MODELS[model][0] == "slstm" or model in TASKS[task][1]
+
+
 def config_path(task: str, model: str) -> Path:
-    slstm_config, bilstm_config, _, _ = TASKS[task]
+    slstm_config, baseline_configs, _, _ = TASKS[task]
     if MODELS[model][0] == "slstm":
         return REPOSITORY_ROOT / "hub_configs" / slstm_config
-    return REPOSITORY_ROOT / "hub_configs" / "baselines" / bilstm_config
+    return REPOSITORY_ROOT / "hub_configs" / "baselines" / baseline_configs[model]
 
 
 def config_overrides(model: str, hidden_size: int) -> str:
     """`--config_overrides` of the model: its step implementation and sizes (a BiLSTM's hidden size counts both
-    directions; the S-LSTM's character CNN, where the config has one, gets `hidden_size` filters over characters
-    embedded in `hidden_size` dimensions too, so that its convolution and dropout, work of the kernels on a GPU,
-    are as small on the CPU as the rest)."""
+    directions; the character CNN, where the config has one, gets `hidden_size` filters over characters embedded in
+    `hidden_size` dimensions too, so that its convolution and dropout, work of the kernels on a GPU, are as small on
+    the CPU as the rest, and the same in the S-LSTM and the BiLSTM)."""
     overrides = f"step_implementation={MODELS[model][1]},hidden_size={hidden_size},embedding_dim={hidden_size}"
-    if MODELS[model][0] == "slstm":
-        overrides += f",char_embedding_dim={hidden_size},char_hidden_size={hidden_size}"
-    return overrides
+    return overrides + f",char_embedding_dim={hidden_size},char_hidden_size={hidden_size}"
 
 
 def sentences(count: int, words: int, seed: int) -> list[list[str]]:
@@ -365,7 +381,7 @@ def main(argv=None) -> list[dict]:
             for task in args.tasks:
                 shapes = args.classification_shapes if task == "classification" else args.shapes
                 for shape in shapes:
-                    for model in args.models:
+                    for model in filter(lambda model: task_has(task, model), args.models):
                         rows.append(measure(task, model, shape, args))
                         print(rows[-1], file=sys.stderr, flush=True)
     finally:
