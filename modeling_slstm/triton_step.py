@@ -350,7 +350,7 @@ KEPT_PRODUCTS_BYTES = 128 * 2**20
 the backward. Short batches, where a step's matmuls are launch-bound, fit: the backward then reads `P` instead of
 recomputing it, and takes the gradient of `W_h` in one matmul over all steps (two operators fewer per step). Longer
 ones recompute `P` step by step and sum the gradient of `W_h` step by step, holding one `P` at a time (the paper
-configuration keeps `P` up to about 500 words per batch: 10 sentences of 50 words, or 32 of 16)."""
+configuration in float32 keeps `P` up to about 500 words per batch: 10 sentences of 50 words, or 32 of 16)."""
 
 
 def kept_products(num_steps: int, states: torch.Tensor, words_weight: torch.Tensor) -> torch.Tensor | None:
@@ -370,12 +370,13 @@ class FusedRecurrence(torch.autograd.Function):
     Each step is two matmuls and one kernel launch: `P = h̃^{t-1} W_h^T` (every weight on the word states,
     `words_weight`: the kernel reads `W ξ_i` as the sum of the window blocks of `P` at the neighbours' rows, `U_f h_j`
     from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
-    on the sentence states, `sentences_weight`). Only each step's inputs are saved (`StepInputs`, what gradient
-    checkpointing of every step would keep); the backward recomputes `P`, launches the backward kernel, which writes
-    `dP` over `P` (one such tensor at a time, the backward's largest), then two matmuls for the gradients of
-    `h^{t-1}` and `γ^{t-1}`, and sums the gradient of `W_h` step by step in place; that of `W_G` is one matmul over
-    all steps at the end (its inputs are one vector per sentence). The weights come stacked (autograd splits their
-    gradients back to the layers).
+    on the sentence states, `sentences_weight`). Each step's inputs are saved (`StepInputs`, what gradient
+    checkpointing of every step would keep), and on short batches every step's `P` too (`KEPT_PRODUCTS_BYTES`). The
+    backward launches the backward kernel, which writes `dP` over `P`, then two matmuls for the gradients of `h^{t-1}`
+    and `γ^{t-1}`. With the products kept, the gradient of `W_h` is one matmul over all steps at the end; without,
+    the backward recomputes each step's `P` (one such tensor at a time, the backward's largest) and sums the
+    gradient of `W_h` step by step in place. That of `W_G` is one matmul over all steps at the end (its inputs are
+    one vector per sentence). The weights come stacked (autograd splits their gradients back to the layers).
 
     Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
     mask `(batch, seq, 1)` and lengths `(batch, 1)`; `W_h` `(R, H)` (its dtype is the matmuls', autocast's where

@@ -18,11 +18,13 @@ for like; `bilstm-no-chars` is the BiLSTM-CRF without it (`bilstm1-ner-crf.json`
 The S-LSTM layers' matmuls go through PyTorch's own operators, as on a GPU (not the oneDNN backend that
 `cpu_matmul.py` picks on some CPUs, whose custom operator costs host time that a GPU never pays).
 The kernels' work is removed by making every Triton launch a no-op: the kernels run in Triton's interpreter
-(`TRITON_INTERPRET=1`, set here), whose launch is patched to return at once, so the custom operators' dispatch and
-the launchers' Python are timed, not the kernels. The outputs are then whatever memory held, which changes the
-figures of neither path: nothing on the host reads a value. Each figure is also printed in units of one small ATen
-operator (`torch.add` of two 8-element tensors, no autograd) timed in the same rounds, so that CPUs compare. One
-intra-op thread; medians over the timed steps of all rounds (each round: bare steps, then a Trainer run).
+(`TRITON_INTERPRET=1`, set here), whose launch is patched to return at once, so the custom operators' dispatch and the
+launchers' Python are timed, not the kernels. The outputs are then whatever memory held: nothing on the host reads a
+value, but the CPU's own arithmetic on them (matmuls) slows down many times over on denormal numbers, which a GPU does
+not pay, so denormals are flushed to zero while the benchmark runs (`torch.set_flush_denormal`). Each figure is also
+printed in units of one small ATen operator (`torch.add` of two 8-element tensors, no autograd) timed in the same
+rounds, so that CPUs compare. One intra-op thread; medians over the timed steps of all rounds (each round: bare steps,
+then a Trainer run).
 
     python run_scripts/benchmarks/benchmark_host_time.py
     python run_scripts/benchmarks/benchmark_host_time.py --tasks ner --models slstm-fused bilstm --steps 20
@@ -376,6 +378,7 @@ def main(argv=None) -> list[dict]:
     torch.set_num_threads(1)
     info = machine_info(torch.device("cpu"))
     rows = []
+    torch.set_flush_denormal(True)  # the no-op launches' outputs are uninitialised memory
     try:
         with triton_launches_as_no_ops(), cpu_matmul.matmul_backend("default"):  # as on a GPU
             for task in args.tasks:
@@ -386,6 +389,7 @@ def main(argv=None) -> list[dict]:
                         print(rows[-1], file=sys.stderr, flush=True)
     finally:
         torch.set_num_threads(threads)  # the training runs set one thread too
+        torch.set_flush_denormal(False)
     print(
         f"CPU: {info['cpu']} ({info['cpu_capability']}), torch {info['torch']}, 1 thread. In brackets: each figure in "
         "units of one small ATen operator (torch.add of 8 elements) timed in the same rounds; the Trainer's own cost "

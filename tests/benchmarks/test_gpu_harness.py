@@ -276,6 +276,22 @@ def test_crf_inputs_are_the_taggers_own_chain_without_the_sentence_boundaries():
     assert chain.tolist() == [[label != -100 for label in row] for row in expected]
 
 
+def test_epochs_compare_the_ner_bilstm_with_the_slstm_character_cnn(tmp_path):
+    """The NER epochs' BiLSTM-CRF reads characters as the S-LSTM does (`bilstm1-ner-crf-chars.json`); the one without
+    characters is an extra run of its own."""
+    arguments = benchmark_epochs.parse_arguments(benchmark_epochs.EpochArguments, ["--data_dir", str(tmp_path)])
+
+    def config_and_overrides(run):
+        command = benchmark_epochs.training_command(run, arguments, tmp_path)
+        overrides = command[command.index("--config_overrides") + 1] if "--config_overrides" in command else ""
+        return Path(command[command.index("--config_name") + 1]).name, overrides
+
+    assert config_and_overrides("ner-slstm") == ("slstm-ner-crf.json", "")
+    assert config_and_overrides("ner-bilstm1") == ("bilstm1-ner-crf-chars.json", "")
+    assert config_and_overrides("ner-bilstm1-no-chars") == ("bilstm1-ner-crf.json", "")
+    assert config_and_overrides("movie-review-bilstm1") == ("bilstm1-classification.json", "use_char_features=true")
+
+
 @pytest.mark.slow
 def test_epochs_stage_dry_run_runs_the_training_scripts(tmp_path, shared_data):
     data_dir = shared_data("conll2003").parent

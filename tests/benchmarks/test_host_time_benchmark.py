@@ -23,6 +23,22 @@ def test_host_time_benchmark_tiny(capsys):
     assert "| classification | bilstm | 2 × 5 |" in table and "Trainer's own" in table
 
 
+def test_ner_bilstm_has_the_slstm_character_cnn():
+    """The NER BiLSTM-CRF reads characters as the S-LSTM does, at the benchmark's sizes too; the one without
+    characters is NER's extra row only."""
+    configs = {}
+    for model in ("slstm-fused", "bilstm", "bilstm-no-chars"):
+        network, inputs = benchmark_host_time.bare_model_and_batch("ner", model, 8, 2, 5)
+        configs[model] = network.config
+        assert ("char_ids" in inputs) == (model != "bilstm-no-chars")
+    sizes = ("use_char_features", "char_embedding_dim", "char_hidden_size", "char_kernel_size", "char_dropout")
+    assert [getattr(configs["bilstm"], name) for name in sizes] == [
+        getattr(configs["slstm-fused"], name) for name in sizes
+    ]
+    assert configs["bilstm"].char_hidden_size == 8 and not configs["bilstm-no-chars"].use_char_features
+    assert not benchmark_host_time.task_has("classification", "bilstm-no-chars")
+
+
 @triton.jit
 def store_kernel(output_ptr, value):
     tl.store(output_ptr, value)
