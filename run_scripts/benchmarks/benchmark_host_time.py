@@ -24,7 +24,8 @@ value, but the CPU's own arithmetic on them (matmuls) slows down many times over
 not pay, so denormals are flushed to zero while the benchmark runs (`torch.set_flush_denormal`). Each figure is also
 printed in units of one small ATen operator (`torch.add` of two 8-element tensors, no autograd) timed in the same
 rounds, so that CPUs compare. One intra-op thread; medians over the timed steps of all rounds (each round: bare steps,
-then a Trainer run).
+then a Trainer run). On a busy machine, `--clock thread` times the CPU time of this thread instead of the elapsed time:
+what the step costs the host, without the time slices that other processes take.
 
     python run_scripts/benchmarks/benchmark_host_time.py
     python run_scripts/benchmarks/benchmark_host_time.py --tasks ner --models slstm-fused bilstm --steps 20
@@ -88,6 +89,8 @@ MODELS = {
     "bilstm-no-chars": ("bilstm", "triton"),  # NER only: the BiLSTM-CRF without the character CNN
 }
 PHASES = ("forward+loss", "backward", "clipping", "optimizer+scheduler")
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+clock = CLOCKS["wall"]  # the clock of every figure, `--clock` (set by `main`)
 VOCABULARY = [f"w{index}ord" for index in range(500)]
 
 
@@ -110,10 +113,18 @@ class HostTimeArguments:
     rounds: int = field(default=3, metadata={"help": "rounds of bare steps then a Trainer run"})
     warmup: int = field(default=5, metadata={"help": "untimed steps before them"})
     trainer_steps: bool = field(default=True, metadata={"help": "also time whole Trainer steps (--no_trainer_steps)"})
+    clock: str = field(
+        default="wall",
+        metadata={
+            "help": "wall: elapsed time; thread: the CPU time of this thread (time.thread_time), which leaves out the "
+            "time other processes of a busy machine take from it (the Trainer runs its data loading in this thread)"
+        },
+    )
 
     def __post_init__(self):
         check_choices("tasks", self.tasks, TASKS)
         check_choices("models", self.models, MODELS)
+        check_choices("clock", [self.clock], CLOCKS)
         for shape in self.shapes + self.classification_shapes:
             parse_shape(shape)
 
@@ -134,10 +145,10 @@ def small_operator_seconds(calls: int = 20_000, rounds: int = 7) -> float:
     means = []
     with torch.inference_mode():
         for _ in range(rounds):
-            start = time.perf_counter()
+            start = clock()
             for _ in range(calls):
                 torch.add(a, b)
-            means.append((time.perf_counter() - start) / calls)
+            means.append((clock() - start) / calls)
     return statistics.median(means)
 
 
@@ -204,17 +215,17 @@ def bare_step_phases(network, inputs, steps: int, warmup: int) -> dict[str, list
     parameters = [parameter for parameter in network.parameters() if parameter.requires_grad]
     times = {phase: [] for phase in PHASES}
     for step in range(warmup + steps):
-        start = time.perf_counter()
+        start = clock()
         loss = network(**inputs).loss
-        forward_end = time.perf_counter()
+        forward_end = clock()
         loss.backward()
-        backward_end = time.perf_counter()
+        backward_end = clock()
         torch.nn.utils.clip_grad_norm_(parameters, PAPER_TRAINING_RECIPE["max_grad_norm"])
-        clipping_end = time.perf_counter()
+        clipping_end = clock()
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
-        end = time.perf_counter()
+        end = clock()
         if step >= warmup:
             for phase, seconds in zip(
                 PHASES,
@@ -236,22 +247,22 @@ class TrainerStepClock(TrainerCallback):
 
     def timed(self, function):
         def timed_function(*args, **kwargs):
-            start = time.perf_counter()
+            start = clock()
             try:
                 return function(*args, **kwargs)
             finally:
-                self.work += time.perf_counter() - start
+                self.work += clock() - start
 
         return timed_function
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.optimizer_step_start = time.perf_counter()
+        self.optimizer_step_start = clock()
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        self.work += time.perf_counter() - self.optimizer_step_start
+        self.work += clock() - self.optimizer_step_start
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.step_ends.append(time.perf_counter())
+        self.step_ends.append(clock())
         self.step_work.append(self.work)
         self.work = 0.0
 
@@ -373,7 +384,9 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> list[dict]:
+    global clock
     args = parse_arguments(HostTimeArguments, argv, description=__doc__)
+    clock = CLOCKS[args.clock]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     info = machine_info(torch.device("cpu"))
@@ -390,8 +403,10 @@ def main(argv=None) -> list[dict]:
     finally:
         torch.set_num_threads(threads)  # the training runs set one thread too
         torch.set_flush_denormal(False)
+        clock = CLOCKS["wall"]
     print(
-        f"CPU: {info['cpu']} ({info['cpu_capability']}), torch {info['torch']}, 1 thread. In brackets: each figure in "
+        f"CPU: {info['cpu']} ({info['cpu_capability']}), torch {info['torch']}, 1 thread, {args.clock} clock. In "
+        "brackets: each figure in "
         "units of one small ATen operator (torch.add of 8 elements) timed in the same rounds; the Trainer's own cost "
         "also as a share of the bare step's phases in the same Trainer steps (medians over steps)."
     )
