@@ -22,12 +22,13 @@ STEP_IMPLEMENTATIONS = ("auto", "eager", "triton")
 
 
 class _WithoutTriton:
-    """Stands in for `triton` and `triton.language` where Triton cannot be imported: `jit` leaves a kernel a plain
-    function, and any other name (`tl.constexpr` in a signature or a module constant) is a no-op callable."""
+    """Stands in for `triton` and `triton.language` where Triton cannot be imported: `jit` (also with options,
+    `jit(do_not_specialize=...)`) leaves a kernel a plain function, and any other name (`tl.constexpr` in a signature
+    or a module constant) is a no-op callable."""
 
     @staticmethod
-    def jit(function):
-        return function
+    def jit(function=None, **options):
+        return (lambda kernel: kernel) if function is None else function
 
     def __getattr__(self, name: str):
         return lambda *args, **kwargs: None
@@ -55,6 +56,13 @@ def _kernels_interpreted() -> bool:
         return False
     return isinstance(triton.jit(_kernels_interpreted), InterpretedFunction)
 
+
+RUN_TIME_SIZES = ("seq",)
+"""Kernel arguments that Triton compiles no variant for (`triton.jit(do_not_specialize=RUN_TIME_SIZES)`): by default a
+kernel is compiled anew for an integer argument that is 1, a multiple of 16, or neither, and the padded length `seq`
+changes from batch to batch, while a compile takes seconds. The kernels gain nothing from knowing it: the step
+kernels' row offsets are multiples of `hidden`, the CRF's of `BLOCK_TAGS` or `num_tags`, both fixed per model and
+left specialised."""
 
 KERNELS_INTERPRETED = _kernels_interpreted()
 """Whether the kernels run in Triton's interpreter (on CPU tensors) rather than compiled (on CUDA tensors)."""

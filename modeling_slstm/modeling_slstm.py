@@ -905,7 +905,8 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
     and the token is not `pad`/`bos`/`eos`; with `inputs_embeds` instead of `input_ids` the token ids are unknown, so
     the chain is the whole `attention_mask`, boundary positions included (give `labels`, or leave the boundary
     tokens out of `inputs_embeds`, to keep them off the chain).
-    The CRF loss is the negative log-likelihood averaged over the sentences of the batch, so the Trainer must not
+    The CRF loss is the negative log-likelihood averaged over the sentences of the batch that have labelled
+    positions (a sentence whose labels are all -100, e.g. an empty filler, counts for nothing), so the Trainer must not
     rescale it (`accepts_loss_kwargs` is `False` with the CRF); the softmax loss honours the Trainer's
     `num_items_in_batch` (a token-level mean over the whole accumulated, all-process batch).
 

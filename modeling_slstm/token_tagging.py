@@ -184,6 +184,14 @@ def softmax_loss_and_logits(
     return loss, iob2_label_scores(log_probabilities, bioes, torch.logaddexp)
 
 
+def labelled_sentence_mean(losses: torch.Tensor, chain: torch.Tensor) -> torch.Tensor:
+    """The mean of the sentences' `losses` `(batch,)` over the sentences with a non-empty `chain` `(batch, seq)`: a
+    sentence without labelled positions (an empty filler of a static-shape batch) counts for nothing, neither in the
+    sum (its loss is 0) nor in the count; 0 for a batch without any. Reads no value (no host sync)."""
+    labelled = chain.any(dim=1).sum().clamp(min=1)  # a 0-dimensional tensor, kept on the device
+    return losses.sum() / labelled
+
+
 def crf_loss_and_logits(
     emissions: torch.Tensor,
     labels: torch.LongTensor | None,
@@ -193,10 +201,11 @@ def crf_loss_and_logits(
     bioes: BIOESTags | None,
     config: PreTrainedConfig,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """A CRF head: the negative log-likelihood averaged over sentences, on the chain of labelled real positions, and
-    logits: the CRF's max-marginals on that chain (on `crf_inference_chain` without labels; 0 off the chain), each
-    IOB2 label of a BIOES head taking the larger of its BIOES tags', so that the argmax is the (IOB2 form of the)
-    Viterbi path. Arguments as for `tagging_loss_and_logits`."""
+    """A CRF head: the negative log-likelihood averaged over the sentences with labelled positions
+    (`labelled_sentence_mean`), on the chain of labelled real positions, and logits: the CRF's max-marginals on that
+    chain (on `crf_inference_chain` without labels; 0 off the chain), each IOB2 label of a BIOES head taking the
+    larger of its BIOES tags', so that the argmax is the (IOB2 form of the) Viterbi path. Arguments as for
+    `tagging_loss_and_logits`."""
     implementation = config.step_implementation  # the CRF's plain loops or its kernels
     real_tokens = real_token_mask(attention_mask, emissions)  # (batch, seq)
     loss = None
@@ -205,7 +214,8 @@ def crf_loss_and_logits(
     else:
         head_tag_ids = head_gold_tags(labels, bioes)  # (batch, seq)
         chain = (head_tag_ids != IGNORE_INDEX) & real_tokens  # (batch, seq)
-        loss = crf(emissions, head_tag_ids, chain, reduction="mean", implementation=implementation)
+        losses = crf(emissions, head_tag_ids, chain, reduction="none", implementation=implementation)  # (batch,)
+        loss = labelled_sentence_mean(losses, chain)
     max_marginals = crf.max_marginals(emissions, chain, implementation=implementation)  # (batch, seq, head tags)
     return loss, max_marginals if bioes is None else iob2_label_scores(max_marginals, bioes, torch.maximum)
 

@@ -31,7 +31,7 @@ Triton is optional: this module imports without it (see `kernel_dispatch.py`), a
 import torch
 
 from .custom_operators import operator_name
-from .kernel_dispatch import tl, triton
+from .kernel_dispatch import RUN_TIME_SIZES, tl, triton
 from .validation import IGNORE_INDEX
 
 MAX_KERNEL_TAGS = 128
@@ -93,7 +93,7 @@ def _scores_of(
     return start_allowed, end_allowed, transition_allowed, start, end, transitions
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUN_TIME_SIZES)
 def log_likelihood_forward_kernel(
     emissions_ptr, tags_ptr, mask_ptr, start_ptr, end_ptr, transitions_ptr, start_allowed_ptr, end_allowed_ptr,
     transition_allowed_ptr, log_likelihood_ptr, alphas_ptr, log_partition_ptr, seq, num_tags, forbidden_score,
@@ -146,7 +146,7 @@ def log_likelihood_forward_kernel(
     tl.store(log_likelihood_ptr + b, gold - log_partition)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUN_TIME_SIZES)
 def log_likelihood_backward_kernel(
     d_log_likelihood_ptr, emissions_ptr, tags_ptr, mask_ptr, start_ptr, end_ptr, transitions_ptr,
     start_allowed_ptr, end_allowed_ptr, transition_allowed_ptr, alphas_ptr, log_partition_ptr, d_emissions_ptr,
@@ -201,7 +201,7 @@ def log_likelihood_backward_kernel(
     tl.store(start_row + num_tags, tl.where(end_allowed, scale * d_end, 0.0), mask=real)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUN_TIME_SIZES)
 def viterbi_kernel(
     emissions_ptr, mask_ptr, start_ptr, end_ptr, transitions_ptr, start_allowed_ptr, end_allowed_ptr,
     transition_allowed_ptr, best_previous_ptr, alphas_ptr, paths_ptr, max_marginals_ptr, seq, num_tags, tie_margin,
@@ -235,6 +235,7 @@ def viterbi_kernel(
         started = started | on_chain
     tl.debug_barrier()  # the backward pass reads what other threads of this program wrote
     best_score, tag = tl.max(alpha + end, axis=0, return_indices=True, return_indices_tie_break_left=True)
+    best_score = tl.where(started, best_score, 0.0)  # -inf without chain positions (an empty sentence): no -inf + inf
     tag = tag.to(tl.int32)
     later = tl.zeros([BLOCK_TAGS], tl.float32)  # e_t + beta_t of the next chain position t
     has_later = tl.full([], 0, tl.int1)

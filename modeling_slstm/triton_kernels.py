@@ -40,7 +40,7 @@ Every kernel reads its inputs in their own dtype (bfloat16, float16 or float32) 
 
 from dataclasses import dataclass
 
-from .kernel_dispatch import KERNELS_INTERPRETED, tl, triton
+from .kernel_dispatch import KERNELS_INTERPRETED, RUN_TIME_SIZES, tl, triton
 
 
 @triton.jit
@@ -517,7 +517,7 @@ def _sentence_update_backward(
     tl.store(d_prev_sentence_cells_ptr + node_offsets, (d_cell * keep_weight).to(dtype), mask=valid)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUN_TIME_SIZES)
 def step_forward_kernel(
     product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr,
     new_states_ptr, new_cells_ptr, new_sentence_states_ptr, new_sentence_cells_ptr, statistics_ptr, seq, hidden,
@@ -563,7 +563,7 @@ def step_forward_kernel(
         )  # fmt: skip
 
 
-@triton.jit
+@triton.jit(do_not_specialize=RUN_TIME_SIZES)
 def step_backward_kernel(
     d_states_ptr, d_output_states_ptr, d_cells_ptr, d_sentence_states_ptr, d_sentence_cells_ptr, product_ptr,
     input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr, statistics_ptr,
@@ -630,18 +630,25 @@ def step_backward_kernel(
 
 @dataclass(frozen=True)
 class KernelTiles:
-    """How the kernels tile their work on a GPU (`benchmark_kernel_tiles.py` times the choices).
+    """How the kernels tile their work on a GPU (`benchmark_kernel_tiles.py` times the choices). The tiles are
+    compile-time constants of the kernels, so they depend on the model's sizes only, never on the batch's padded
+    length: each length would otherwise compile the kernels anew (`benchmark_compiles.py` counts the compiles).
 
     Args:
         values_per_tile (`int`, defaults to 4096): about how many values a `(BLOCK_S, slots, BLOCK_H)` tile holds, so
             that it stays in registers.
         max_block_h (`int`, defaults to 32): the widest hidden block.
         num_warps (`int`, defaults to 4): warps per program (Triton's default).
+        max_block_s (`int`, defaults to 32): the longest position block. A block holds this many positions whatever
+            the sentences' length (masked past their end), so a longer one would mostly compute padding on short
+            sentences (CoNLL-2003 batches are 8-24 positions wide); 32 keeps the sentence bodies, whose tiles hold
+            one slot per node, to a few loop passes on long ones.
     """
 
     values_per_tile: int = 4096
     max_block_h: int = 32
     num_warps: int = 4
+    max_block_s: int = 32
 
 
 GPU_TILES = KernelTiles()
@@ -657,10 +664,12 @@ def use_tiles(tiles: KernelTiles, in_the_interpreter: bool = False):
 
 def tile_options(seq: int, hidden: int, slots: int) -> dict[str, int]:
     """The launch options `BLOCK_S`, `BLOCK_H` (tiles `(BLOCK_S, slots, BLOCK_H)`) and `num_warps`: on a GPU as
-    `GPU_TILES` says; in the interpreter, which pays per program and per operation rather than per value, all of a
-    sentence at once (unless `use_tiles` says otherwise)."""
-    block_s, block_h = triton.next_power_of_2(seq), triton.next_power_of_2(hidden)
-    if not KERNELS_INTERPRETED or TILE_IN_THE_INTERPRETER:
-        block_h = min(block_h, GPU_TILES.max_block_h)
-        block_s = max(1, min(block_s, GPU_TILES.values_per_tile // (slots * block_h)))
+    `GPU_TILES` says, the same for every `seq` (one compile of each kernel for all lengths); in the interpreter,
+    which compiles nothing and pays per program and per operation rather than per value, all of a sentence at once
+    (unless `use_tiles` says otherwise)."""
+    block_h = triton.next_power_of_2(hidden)
+    if KERNELS_INTERPRETED and not TILE_IN_THE_INTERPRETER:
+        return {"BLOCK_S": triton.next_power_of_2(seq), "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
+    block_h = min(block_h, GPU_TILES.max_block_h)
+    block_s = max(1, min(GPU_TILES.max_block_s, GPU_TILES.values_per_tile // (slots * block_h)))
     return {"BLOCK_S": block_s, "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}

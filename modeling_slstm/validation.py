@@ -102,7 +102,7 @@ def check_mask_values(mask: torch.Tensor, name: str) -> None:
 
 def check_batch_values(batch: Mapping[str, torch.Tensor], config: "PreTrainedConfig") -> None:
     """Raise a clear error that names the input when a batch for a model of `config` holds values the model cannot
-    read: ids outside their vocabularies, labels outside `[0, num_labels)` (token labels may also be -100), masks
+    read: ids outside their vocabularies, labels outside `[0, num_labels)` (or -100, ignored by the loss), masks
     other than 0/1, or subwords assigned to words beyond the sentence.
 
     The data-entry check of every value the forward methods do not read (see the module docstring): run it on the
@@ -131,5 +131,5 @@ def check_batch_values(batch: Mapping[str, torch.Tensor], config: "PreTrainedCon
     labels = batch.get("labels")
     if labels is None or labels.is_floating_point() or config.num_labels < 2:
         return  # regression and multi-label targets: any value
-    ignore_index = IGNORE_INDEX if labels.dim() == 2 else None  # token labels: -100 where unlabelled
-    check_values_in_range(labels, config.num_labels, "labels", "num_labels", ignore_index=ignore_index)
+    # -100: a token without a label, or a sentence whose label the loss ignores (a filler of a static-shape batch).
+    check_values_in_range(labels, config.num_labels, "labels", "num_labels", ignore_index=IGNORE_INDEX)

@@ -142,6 +142,9 @@ def main():
         data_collator=data.ValueCheckingCollator(
             gpu_batching.data_collator(DataCollatorWithPadding, tokenizer, training_args), model.config
         ),
+        train_data_collator=data.ValueCheckingCollator(
+            gpu_batching.training_data_collator(DataCollatorWithPadding, tokenizer, training_args), model.config
+        ),
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=predicted_ids,
         model_card={

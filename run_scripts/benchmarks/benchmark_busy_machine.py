@@ -126,7 +126,6 @@ def demo_batch(args: BusyMachineArguments) -> tuple[dict, list[str], object]:
     tokenizer = build_word_tokenizer([vocabulary])
     label2id = {label: index for index, label in enumerate(labels)}
     encoded = data.tokenize_and_align_labels({"tokens": sentences, "tags": tags}, tokenizer, label2id, max_length=512)
-    encoded.pop("length")
     examples = [dict(zip(encoded.keys(), values)) for values in zip(*encoded.values())]
     return DataCollatorForTokenClassification(tokenizer)(examples), labels, tokenizer
 

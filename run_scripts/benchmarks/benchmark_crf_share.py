@@ -114,7 +114,7 @@ def crf_calls(crf: torch.nn.Module, inputs: list[tuple[tuple, dict]]) -> dict:
     def forward_algorithm():
         for (emissions, *rest), kwargs in inputs:
             leaf = emissions.requires_grad_()
-            crf(leaf, *rest, **kwargs).backward()
+            crf(leaf, *rest, **kwargs).sum().backward()  # the head asks for each sentence's loss
 
     def viterbi():
         with torch.no_grad():

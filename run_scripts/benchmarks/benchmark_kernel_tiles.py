@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How the fused step's kernels should tile their work on a GPU: a sweep of `triton_kernels.KernelTiles`.
 
-For each tiling (values per tile, widest hidden block, warps per program) the paper S-LSTM
+For each tiling (values per tile, widest hidden block, warps per program, longest position block) the paper S-LSTM
 (`timed_models.slstm_config`, fused step) runs training steps (forward and backward of the sum of its outputs)
 on random batches; all tilings of one shape are timed in turn (`timing.time_interleaved`), so that their
 ratios compare the same moments of the machine. Prints one table per shape, fastest first, with each tiling's time
@@ -11,7 +11,7 @@ as a ratio to the default tiling's, and writes `<name>.csv`.
 """
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import product
 from pathlib import Path
 
@@ -25,8 +25,8 @@ from run_scripts.benchmarks.support.timing import Timing, machine_info, time_int
 from run_scripts.benchmarks.support.workloads import random_workload
 from run_scripts.training.arguments import parse_arguments
 
-FIELDS = ["device_name", "torch", "variant", "batch", "length", "values_per_tile", "max_block_h", "num_warps"]
-FIELDS += ["median_ms", "ratio_to_default"]
+FIELDS = ["device_name", "torch", "variant", "batch", "length"]
+FIELDS += ["values_per_tile", "max_block_h", "num_warps", "max_block_s", "median_ms", "ratio_to_default"]
 
 
 @dataclass
@@ -40,6 +40,7 @@ class TileSweepArguments:
     values_per_tile: list[int] = field(default_factory=lambda: [2048, 4096, 8192])
     max_block_h: list[int] = field(default_factory=lambda: [16, 32, 64])
     num_warps: list[int] = field(default_factory=lambda: [2, 4, 8])
+    max_block_s: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
     warmup: int = 2
     repeats: int = 5
     min_time: float = 0.2
@@ -49,7 +50,8 @@ class TileSweepArguments:
 
 
 def tilings(arguments: TileSweepArguments) -> list[triton_kernels.KernelTiles]:
-    """Every values-per-tile and block width with the default warps, and every warp count at the default tile."""
+    """Every values-per-tile and block width with the default warps, and every warp count and longest position block
+    at the default tile."""
     default = triton_kernels.KernelTiles()
     shapes = [
         triton_kernels.KernelTiles(values, block_h, default.num_warps)
@@ -59,7 +61,8 @@ def tilings(arguments: TileSweepArguments) -> list[triton_kernels.KernelTiles]:
         triton_kernels.KernelTiles(default.values_per_tile, default.max_block_h, warps)
         for warps in arguments.num_warps
     ]
-    return list(dict.fromkeys([default, *shapes, *warps]))
+    position_blocks = [replace(default, max_block_s=block_s) for block_s in arguments.max_block_s]
+    return list(dict.fromkeys([default, *shapes, *warps, *position_blocks]))
 
 
 def tiled_call(timed: TimedModel, tiles: triton_kernels.KernelTiles):

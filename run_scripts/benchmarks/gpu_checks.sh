@@ -3,6 +3,10 @@
 # inside a budget for the whole run (a lent GPU is timed):
 #   tests     the fused-step tests (tests/model/test_fused_step.py: the fused Triton step against the readable one),
 #             the model's CUDA tests (tests/model/test_cuda.py) and the CUDA-graph replay of the speed benchmark
+#   wholestep benchmark_graph_step.py: whole-step CUDA graphs (--cuda_graphs) against eager training over 50 steps,
+#             the host time per step measured here (eager, replayed, BiLSTM), the host cost of one Triton launch
+#             (JIT launcher, compiled kernel's launcher), then one NER and one movie-review epoch with --cuda_graphs
+#             beside eager and the BiLSTM with the same character CNN -> graph_step_epochs.{csv,md}, <run>.log
 #   speed     benchmark_speed.py: the package's S-LSTM (`slstm`: the fused step, as a user gets it) and its variants
 #             (eager, fused, fused + CUDA graphs) against the cuDNN 1- and 2-layer BiLSTM, float32 and bf16, at
 #             32x16 ... 32x512 and on real CoNLL-2003 NER and movie-review batches of 10 and 32, with the FLOP and
@@ -10,12 +14,13 @@
 #   tiles     benchmark_kernel_tiles.py: the fused kernels' tile sizes and warps, bf16 training at 32x32 and 32x512
 #             -> kernel_tiles.csv
 #   crf       benchmark_crf_share.py: the CRF's share of a NER training step -> crf_share.{csv,md}
-#   epochs    benchmark_epochs.py: one training epoch of movie review and CoNLL-2003 NER, S-LSTM vs BiLSTM, through
-#             the training scripts, next to the paper's seconds -> epochs.{csv,md}, <run>.log
 #   compile   benchmark_speed.py: torch.compile and torch.compile(mode="reduce-overhead") over the fused step, bf16
 #             training at 32x32 and 32x512 -> speed_cuda_compile.{csv,md,json}
 #   graphs    benchmark_epochs.py: a movie-review epoch with --torch_compile --torch_compile_mode reduce-overhead
 #             (does it pay for a whole epoch?) -> epochs_graphs.{csv,md}
+#   epochs    benchmark_epochs.py: one training epoch of movie review and CoNLL-2003 NER, S-LSTM vs BiLSTM, through
+#             the training scripts, next to the paper's seconds -> epochs.{csv,md}, <run>.log (not in the default
+#             STAGES: wholestep runs the same epochs, and those with --cuda_graphs)
 #   scripts   the training scripts' tests on the GPU (not in the default STAGES: minutes)
 #
 #   bash run_scripts/benchmarks/gpu_checks.sh --prepare   # here, before: data and wheels into .gpu/ (git-ignored)
@@ -26,9 +31,9 @@
 # manylinux x86-64); on the GPU machine the run installs them offline into /tmp/site first and reads the data from
 # .gpu/data. Carry `.gpu` to the machine with the repository.
 #
-# Environment: STAGES (default "tests speed tiles crf epochs compile graphs"), BUDGET (seconds for the whole run, default
-# 570), ARCHIVE (a .tar.gz that receives OUTPUT_DIR after every stage, for machines that return few files),
-# T_<STAGE> (a stage's limit in seconds, e.g. T_SPEED=140), PYTEST_WORKERS (the scripts stage, pytest-xdist).
+# Environment: STAGES (default "tests wholestep speed tiles crf compile graphs"), BUDGET (seconds for the
+# whole run, default 570), ARCHIVE (a .tar.gz that receives OUTPUT_DIR after every stage, for machines that return few
+# files), T_<STAGE> (a stage's limit in seconds, e.g. T_SPEED=140), PYTEST_WORKERS (the scripts stage, pytest-xdist).
 # A failing stage does not stop the later ones; the exit status says whether any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -58,7 +63,7 @@ fi
 
 OUTPUT_DIR=${1:-${OUT:-/tmp}/gpu_checks}
 mkdir -p "$OUTPUT_DIR"
-STAGES=${STAGES:-tests speed tiles crf epochs compile graphs}
+STAGES=${STAGES:-tests wholestep speed tiles crf compile graphs}
 BUDGET=${BUDGET:-570}
 started=$SECONDS
 failed=0
@@ -101,6 +106,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 # The model's CUDA tests first; the check that compiles the kernels without a GPU is for CPU machines (minutes here).
 stage tests 100 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/model/test_cuda.py tests/model/test_fused_step.py \
     tests/benchmarks/test_gpu_harness.py::test_cuda_graph_replay_matches_eager -k "not compile_for_a_gpu"
+stage wholestep 150 "$PYTHON" run_scripts/benchmarks/benchmark_graph_step.py --data_dir "$DATA" \
+    --output_dir "$OUTPUT_DIR" --run_timeout 45
 stage speed 130 "$PYTHON" "${SPEED[@]}" --models slstm bilstm1 bilstm2 --lengths 16 32 64 128 512 \
     --variants fp32 bf16 --slstm_variants eager bf16+eager fused bf16+fused fused+graphs bf16+fused+graphs \
     --slstm_variant_lengths 16 32 64 128 512 --real_data conll2003-ner movie-review --data_dir "$DATA" \
@@ -109,12 +116,12 @@ stage tiles 60 "$PYTHON" run_scripts/benchmarks/benchmark_kernel_tiles.py --devi
     --max_block_h 32 64 --num_warps 2 8
 stage crf 30 "$PYTHON" run_scripts/benchmarks/benchmark_crf_share.py --device cuda --data_dir "$DATA" \
     --real_batches 8 --repeats 3 --min_time 0.2 --output_dir "$OUTPUT_DIR"
-stage epochs 150 "$PYTHON" run_scripts/benchmarks/benchmark_epochs.py --data_dir "$DATA" --run_timeout 75 \
-    --runs movie-review-slstm movie-review-bilstm1 ner-slstm ner-bilstm1 --output_dir "$OUTPUT_DIR"
 stage compile 50 "$PYTHON" "${SPEED[@]}" --models slstm bilstm1 --lengths 32 512 --modes train --variants bf16 \
     --slstm_variants bf16+compile bf16+fused+reduce-overhead --slstm_variant_lengths 32 512 --name speed_cuda_compile
 stage graphs 50 "$PYTHON" run_scripts/benchmarks/benchmark_epochs.py --data_dir "$DATA" --run_timeout 60 \
     --runs movie-review-slstm+compile-graphs --output_dir "$OUTPUT_DIR" --name epochs_graphs
+stage epochs 150 "$PYTHON" run_scripts/benchmarks/benchmark_epochs.py --data_dir "$DATA" --run_timeout 75 \
+    --runs movie-review-slstm movie-review-bilstm1 ner-slstm ner-bilstm1 --output_dir "$OUTPUT_DIR"
 stage scripts 300 "$PYTHON" -m pytest -q -rs -p no:cacheprovider ${PYTEST_WORKERS:+-n "$PYTEST_WORKERS"} \
     tests/scripts/test_run_ner.py tests/scripts/test_run_classification.py
 echo "== $(date -u +%T) done in $((SECONDS - started)) s; a stage failed: $failed"

@@ -239,11 +239,21 @@ class SLSTMTrainingArguments(TrainingArguments):
     cuda_graphs: bool = field(
         default=False,
         metadata={
-            "help": "Replay each training step's forward and backward from CUDA graphs, one captured per batch shape: "
-            "torch.compile's mode 'reduce-overhead' (the same as --torch_compile --torch_compile_mode "
-            "reduce-overhead). On a GPU the collators pad batches to a multiple of 8 tokens, so a corpus takes a few "
-            "shapes (CoNLL-2003 NER: 11 widths), each captured once. The optimizer is then capturable, its learning "
-            "rates tensors on the GPU, so that its step makes no host sync either. Needs a CUDA GPU."
+            "help": "Replay each whole training step (forward, loss, backward, gradient clipping and the optimizer's "
+            "step) from a CUDA graph, one captured per batch shape at its first batch (that batch trains eagerly "
+            "first); the optimizer is capturable, its learning rates tensors on the GPU that the schedule fills "
+            "between replays. The training batches then come in static shapes: --per_device_train_batch_size "
+            "sentences (a short batch filled with empty ones, which the loss ignores) padded to 8, 16, 24, 32, 48, 64, "
+            "96 or 128 tokens, so an epoch takes a few shapes (CoNLL-2003 NER: 8), each captured once; not with "
+            "--max_tokens_per_batch. Trains eagerly, saying why once, with gradient accumulation, several processes "
+            "or GPUs, --fp16 or a PEFT or quantised model. Needs a CUDA GPU; not with --torch_compile."
+        },
+    )
+    cuda_graphs_max_shapes: int = field(
+        default=16,
+        metadata={
+            "help": "With --cuda_graphs: the most batch shapes captured (each graph holds the memory of one step); "
+            "batches of further shapes train eagerly (logged once)."
         },
     )
     ddp_find_unused_parameters: bool | None = field(
@@ -284,16 +294,20 @@ class SLSTMTrainingArguments(TrainingArguments):
             )
 
     def use_cuda_graphs(self) -> None:
-        """`--cuda_graphs`: `torch_compile_mode="reduce-overhead"`, after checking that a CUDA GPU trains."""
+        """`--cuda_graphs`: checks that a CUDA GPU trains, without `torch.compile` (whose own graphs and guards a
+        whole-step capture would hold)."""
         if self.use_cpu or not torch.cuda.is_available():
             reason = "--use_cpu is set" if self.use_cpu else "torch.cuda.is_available() is False"
             raise ValueError(f"--cuda_graphs captures the training step in CUDA graphs and needs a CUDA GPU: {reason}")
-        if self.torch_compile_mode not in (None, "reduce-overhead"):
+        if self.torch_compile or self.torch_compile_mode is not None or self.torch_compile_backend is not None:
             raise ValueError(
-                "--cuda_graphs is torch.compile's mode 'reduce-overhead', got --torch_compile_mode "
-                f"{self.torch_compile_mode!r}: give one of them"
+                "--cuda_graphs captures the whole eager training step itself, so it does not combine with "
+                f"--torch_compile (got torch_compile={self.torch_compile}, --torch_compile_mode "
+                f"{self.torch_compile_mode!r}, --torch_compile_backend {self.torch_compile_backend!r}): give one of "
+                "them"
             )
-        self.torch_compile, self.torch_compile_mode = True, "reduce-overhead"
+        if self.cuda_graphs_max_shapes < 1:
+            raise ValueError(f"--cuda_graphs_max_shapes must be at least 1, got {self.cuda_graphs_max_shapes}")
 
 
 def parse_training_arguments(data_arguments_class, argv: Sequence[str] | None = None) -> tuple:

@@ -387,7 +387,6 @@ def tokenize_and_align_labels(examples: dict, tokenizer, label2id: dict[str, int
             previous = word_id
         all_labels.append(labels)
     encoded["labels"] = all_labels
-    encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
     return encoded
 
 
@@ -398,7 +397,6 @@ def tokenize_texts(examples: dict, tokenizer, label2id: dict[str, int], max_leng
     words = [text.split() for text in examples["text"]]
     encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length)
     encoded["labels"] = [label2id[label] for label in examples["label"]]
-    encoded["length"] = [len(ids) for ids in encoded["input_ids"]]
     return encoded
 
 
@@ -423,7 +421,12 @@ def warn_if_truncated(split: str, word_counts: Iterable[int], tokenized, max_len
 
 def tokenize_splits(splits: dict[str, list[dict]], tokenize_function, training_args, reads_char_ids: bool) -> dict:
     """Each split as a `Dataset` mapped through `tokenize_function` (batched), tokenised once by the main process
-    and read from the cache by the others, without the columns that nothing reads there (`unread_columns`)."""
+    and read from the cache by the others, without `char_ids` for a model without character features (the data
+    collator would pad it for every batch).
+
+    The datasets hold only what the model reads: a column it does not read would be noted by the Trainer as ignored.
+    Length-grouped batches (`--train_sampling_strategy group_by_length`, `--max_tokens_per_batch`) take their lengths
+    from `input_ids`."""
     tokenized = {}
     for split, examples in splits.items():
         dataset = datasets.Dataset.from_list(examples)
@@ -431,22 +434,9 @@ def tokenize_splits(splits: dict[str, list[dict]], tokenize_function, training_a
             mapped = dataset.map(
                 tokenize_function, batched=True, remove_columns=dataset.column_names, desc=f"Tokenizing {split}"
             )
-        unread = [
-            column for column in unread_columns(split, reads_char_ids, training_args) if column in mapped.column_names
-        ]
-        tokenized[split] = mapped.remove_columns(unread) if unread else mapped
+        unread = "char_ids" in mapped.column_names and not reads_char_ids
+        tokenized[split] = mapped.remove_columns("char_ids") if unread else mapped
     return tokenized
-
-
-def unread_columns(split: str, reads_char_ids: bool, training_args) -> list[str]:
-    """The tokenised columns that nothing reads in `split`: `char_ids` for a model without character features (the
-    data collator would pad it for every batch), and `length` except where the training batches are grouped by
-    length (the Trainer would note it as an ignored column at every evaluation)."""
-    groups_by_length = training_args.train_sampling_strategy == "group_by_length" or getattr(
-        training_args, "max_tokens_per_batch", None
-    )
-    unread = [] if reads_char_ids else ["char_ids"]
-    return unread if split == "train" and groups_by_length else [*unread, "length"]
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 It adds the paper's per-epoch exponential learning-rate decay and L2 regularisation, a length-grouped sampler that
 resumes exactly and token-budget batches (`--max_tokens_per_batch`, both in `samplers.py`), evaluation in the data's
-order, and the S-LSTM model card (`model_card.py`) that `create_model_card` / `push_to_hub` write.
+order, the S-LSTM model card (`model_card.py`) that `create_model_card` / `push_to_hub` write, and with
+`--cuda_graphs` whole training steps replayed from CUDA graphs (`graph_step.py`).
 """
 
 import logging
@@ -17,6 +18,8 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import seed_worker
 from transformers.training_args import OptimizerNames
 
+from run_scripts.training.gpu_batching import StaticShapeBatches, is_bucket_shape
+from run_scripts.training.graph_step import GraphSteppedOptimizer, WholeStepGraphs, eager_reason, training_step
 from run_scripts.training.model_card import model_card_info, write_model_card
 from run_scripts.training.samplers import (
     EpochSeededLengthGroupedSampler,
@@ -27,10 +30,20 @@ from run_scripts.training.threads import ThreadCountCallback
 
 logger = logging.getLogger(__name__)
 
+NUM_ITEMS = "num_items_in_batch"  # the Trainer's count of the batch's labels, a static input of the graphs too
+
 
 class SLSTMTrainer(Trainer):
     """`Trainer` with the paper's per-epoch exponential LR decay (`--lr_decay_per_epoch`), token-budget batches
-    (`--max_tokens_per_batch`), early stopping (`--early_stopping_patience`) and the S-LSTM model card.
+    (`--max_tokens_per_batch`), early stopping (`--early_stopping_patience`), whole-step CUDA graphs
+    (`--cuda_graphs`) and the S-LSTM model card.
+
+    With `--cuda_graphs`, `training_step` trains each batch with `graph_step.WholeStepGraphs` (forward, loss,
+    backward, clipping and the optimizer's step in one graph per batch shape) inside the Trainer's own loop, whose
+    later calls then do no work twice: the optimizer (a `graph_step.GraphSteppedOptimizer`) skips the step the
+    graph made, and the gradient clipping returns the graph's norm. The scheduler steps after the replay, as after an
+    eager step, writing the next rate into the optimizer's rate tensors. Where no graph applies (`eager_reason`, a
+    shape past `--cuda_graphs_max_shapes`), the step is the Trainer's, and the reason is logged once.
 
     The decay is a `LambdaLR` over optimizer steps, `lr = lr_0 * decay ** (step // steps_per_epoch)`, so it is saved
     in and restored from checkpoints like every other scheduler.
@@ -42,11 +55,16 @@ class SLSTMTrainer(Trainer):
             `training_recipe` (the arguments that a config's recipe set, shown under the command). The command line,
             labels, config and the `eval_`/`test_` metrics given to `report_metrics` are added when the card is
             written.
+        train_data_collator (`Callable[[list[dict]], dict]`, *optional*):
+            The collator of the training batches, where it differs from `data_collator` (which then collates the
+            evaluation and prediction batches): e.g. `gpu_batching.StaticShapeBatches`, whose fillers must not reach
+            the predictions.
         *args, **kwargs: those of `Trainer`.
     """
 
-    def __init__(self, *args, model_card: dict | None = None, **kwargs):
+    def __init__(self, *args, model_card: dict | None = None, train_data_collator=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.train_data_collator = train_data_collator
         if getattr(self.args, "early_stopping_patience", None):
             self.add_callback(EarlyStoppingCallback(self.args.early_stopping_patience))
         self.add_callback(SamplerEpochCallback(self))
@@ -56,6 +74,76 @@ class SLSTMTrainer(Trainer):
         self.reported_metrics = {}
         self.epoch_seeded_sampler = None  # the training (batch) sampler whose order depends on the epoch
         self.flops_per_token = None  # `floating_point_ops`' factor, counted on the first step
+        self.graph_optimizer = None  # with --cuda_graphs: the `GraphSteppedOptimizer` of `create_optimizer`
+        self.whole_step = None  # with --cuda_graphs: the run's `WholeStepGraphs`, made at its first training step
+        self.whole_step_checked = False  # whether this run's first training step decided on `whole_step`
+        self.graph_step_norm = None  # the gradient norm of the step a graph just made
+
+    def train(self, *args, **kwargs):
+        # Each run its own graphs: an earlier run's would replay the optimizer state it captured, which resuming
+        # from a checkpoint replaces.
+        self.whole_step, self.whole_step_checked = None, False
+        return super().train(*args, **kwargs)
+
+    def training_step(self, model, inputs: dict, num_items_in_batch=None) -> torch.Tensor:
+        """The Trainer's step or, with `--cuda_graphs`, the whole optimizer step from this batch shape's graph; the
+        loss returned is a copy of the graph's, which the Trainer adds up on the device."""
+        self.graph_step_norm = None
+        whole_step = self.whole_step_for(model) if getattr(self.args, "cuda_graphs", False) else None
+        if whole_step is not None and self.past_the_buckets(inputs):
+            shape = "x".join(map(str, inputs["input_ids"].shape))
+            whole_step.log_once(f"a batch of a shape past the static-shape buckets ({shape})")
+            whole_step = None
+        if whole_step is not None:
+            batch = dict(inputs) if num_items_in_batch is None else {**inputs, NUM_ITEMS: num_items_in_batch}
+            model.train()
+            outputs = whole_step(batch)
+            if outputs is not None:
+                loss, self.graph_step_norm = outputs
+                self.graph_optimizer.stepped = True
+                return loss
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def past_the_buckets(self, inputs: dict) -> bool:
+        """Whether the training batches come in static shapes (`StaticShapeBatches`) and this one is not among them:
+        a sentence past the last bucket gives its batch a width of its own, a graph that no other batch would replay."""
+        collator = self.train_data_collator
+        if not isinstance(collator, StaticShapeBatches) or "input_ids" not in inputs:
+            return False
+        return not is_bucket_shape(inputs["input_ids"].shape, collator.batch_size, collator.buckets)
+
+    def whole_step_for(self, model) -> WholeStepGraphs | None:
+        """This run's `WholeStepGraphs`, made at its first step, or `None` (logged) where it cannot train `model`.
+        Without a CUDA device (as in the tests) the step is not captured but called directly."""
+        if self.whole_step_checked:
+            return self.whole_step
+        self.whole_step_checked = True
+        reason = eager_reason(self.args, model)
+        if reason is None and self.graph_optimizer is None:
+            reason = "the optimizer was not made by SLSTMTrainer.create_optimizer (given to the Trainer?)"
+        if reason is not None:
+            logger.warning(f"--cuda_graphs: training eagerly: {reason}")
+            return None
+        capture = self.args.device.type == "cuda"
+        if not capture:
+            logger.warning(f"--cuda_graphs on {self.args.device}: no CUDA device, the whole step runs uncaptured")
+        optimizer = self.graph_optimizer.optimizer
+        step = partial(
+            training_step,
+            partial(self.whole_step_loss, model),
+            parameters=[parameter for parameter in model.parameters() if parameter.requires_grad],
+            optimizer=optimizer,
+            max_grad_norm=self.args.max_grad_norm,
+        )
+        self.whole_step = WholeStepGraphs(step, optimizer, self.args.cuda_graphs_max_shapes, capture)
+        return self.whole_step
+
+    def whole_step_loss(self, model, inputs: dict) -> torch.Tensor:
+        """The loss of the Trainer's `training_step` (with gradient accumulation 1 and one device)."""
+        batch = dict(inputs)  # `compute_loss` may take labels out
+        num_items_in_batch = batch.pop(NUM_ITEMS, None)
+        with self.compute_loss_context_manager():
+            return self.compute_loss(model, batch, num_items_in_batch=num_items_in_batch)
 
     def floating_point_ops(self, inputs: dict) -> int:
         """The Trainer's estimate, 6 x tokens x parameters without the embeddings, with the parameters counted once
@@ -95,7 +183,14 @@ class SLSTMTrainer(Trainer):
         `--per_device_train_batch_size` and `--train_sampling_strategy`); otherwise the Trainer's."""
         budget = getattr(self.args, "max_tokens_per_batch", None)
         if budget is None:
-            return super().get_train_dataloader()
+            if self.train_data_collator is None:
+                return super().get_train_dataloader()
+            # The Trainer's loader reads `self.data_collator` when it is made: the training collator for that moment.
+            evaluation_collator, self.data_collator = self.data_collator, self.train_data_collator
+            try:
+                return super().get_train_dataloader()
+            finally:
+                self.data_collator = evaluation_collator
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         column = self.args.length_column_name
@@ -114,7 +209,7 @@ class SLSTMTrainer(Trainer):
         loader = DataLoader(
             self._remove_unused_columns(self.train_dataset, description="Training"),
             batch_sampler=sampler,
-            collate_fn=self.data_collator,
+            collate_fn=self.train_data_collator or self.data_collator,
             num_workers=args.dataloader_num_workers,
             pin_memory=args.dataloader_pin_memory,
             persistent_workers=args.dataloader_persistent_workers,
@@ -123,9 +218,17 @@ class SLSTMTrainer(Trainer):
         return self.accelerator.prepare(loader)
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """The per-epoch decay (`--lr_decay_per_epoch`), else the Trainer's schedule; with `--cuda_graphs`, a
+        `LambdaLR` schedule (linear, cosine, constant...) becomes a `HostComputedLambdaLR` with the same factors,
+        which writes each rate into the optimizer's rate tensors without reading one back."""
         decay = getattr(self.args, "lr_decay_per_epoch", None)
-        if decay is None or self.lr_scheduler is not None:
+        if self.lr_scheduler is not None:
             return super().create_scheduler(num_training_steps, optimizer)
+        if decay is None:
+            scheduler = super().create_scheduler(num_training_steps, optimizer)
+            if getattr(self.args, "cuda_graphs", False) and type(scheduler) is torch.optim.lr_scheduler.LambdaLR:
+                self.lr_scheduler = HostComputedLambdaLR(scheduler.optimizer, scheduler.lr_lambdas)
+            return self.lr_scheduler
         steps_per_epoch = self.optimizer_steps_per_epoch()
         self.lr_scheduler = HostComputedLambdaLR(
             optimizer if optimizer is not None else self.optimizer,
@@ -139,7 +242,8 @@ class SLSTMTrainer(Trainer):
         (`torch.optim.Adam(weight_decay=...)` adds the coefficient times each weight to its gradient), the word
         embeddings in a group without it unless `--l2_include_word_embeddings`; with
         `--feature_encoder_learning_rate`, the trainable feature-encoder weights in groups of their own with that
-        learning rate; with `--cuda_graphs`, capturable, with learning rates on the device (`capturable_options`)."""
+        learning rate; with `--cuda_graphs`, capturable, with learning rates on the device (`capturable_options`),
+        wrapped in a `GraphSteppedOptimizer` (`training_step`)."""
         l2 = self.args.l2_regularization
         encoder_learning_rate = self.args.feature_encoder_learning_rate
         graphed = getattr(self.args, "cuda_graphs", False)
@@ -165,6 +269,8 @@ class SLSTMTrainer(Trainer):
         if graphed:
             groups, optimizer_kwargs = capturable_options(groups, optimizer_kwargs, self.args.device)
         self.optimizer = optimizer_class(groups, **optimizer_kwargs)
+        if graphed:
+            self.graph_optimizer = self.optimizer = GraphSteppedOptimizer(self.optimizer)
         return self.optimizer
 
     def create_model_card(self, model_name: str | None = None, **kwargs):
@@ -182,7 +288,15 @@ class SLSTMTrainer(Trainer):
     # - `_get_train_sampler`: the length-grouped sampler, made resumable (`EpochSeededLengthGroupedSampler`);
     # - `_get_eval_sampler`: evaluation in the data's order;
     # - `_remove_unused_columns` (called in `get_train_dataloader`): the Trainer's column filter, for our own loader;
-    # - `_created_lr_scheduler` (set in `create_scheduler`): lets the Trainer rebuild our scheduler on a new `train()`.
+    # - `_created_lr_scheduler` (set in `create_scheduler`): lets the Trainer rebuild our scheduler on a new `train()`;
+    # - `_clip_grad_norm`, `_get_grad_norm`: after a whole-step graph (`training_step`), the norm it took before
+    #   clipping, instead of clipping (again) the gradients that the graph has already used and released.
+
+    def _clip_grad_norm(self, model):
+        return self.graph_step_norm if self.graph_step_norm is not None else super()._clip_grad_norm(model)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        return super()._get_grad_norm(model, self.graph_step_norm if grad_norm is None else grad_norm)
 
     def _get_train_sampler(self, train_dataset=None):
         sampler = super()._get_train_sampler(train_dataset)
@@ -239,15 +353,16 @@ class HostComputedLambdaLR(torch.optim.lr_scheduler.LambdaLR):
 
 
 def capturable_options(groups: list[dict], optimizer_kwargs: dict, device: torch.device) -> tuple[list[dict], dict]:
-    """`(groups, optimizer_kwargs)` of an optimizer whose step a CUDA graph can hold: `capturable=True` (Adam and
-    AdamW keep their step counts on the device and never read them back) and every group's learning rate a tensor on
-    `device` of its own, which the scheduler fills between steps (`HostComputedLambdaLR`)."""
+    """`(groups, optimizer_kwargs)` of an optimizer whose step a CUDA graph can hold: on a CUDA device
+    `capturable=True` (Adam and AdamW keep their step counts on the device and never read them back; elsewhere
+    torch.optim refuses it, and no graph captures the step), and every group's learning rate a tensor on `device` of
+    its own, which the scheduler fills between steps (`HostComputedLambdaLR`)."""
     rates = [float(group.get("lr", optimizer_kwargs["lr"])) for group in groups]
     groups = [
         {**group, "lr": torch.tensor(rate, device=device), "initial_lr": rate}  # the scheduler's exact base rate
         for group, rate in zip(groups, rates, strict=True)
     ]
-    return groups, {**optimizer_kwargs, "capturable": True}
+    return groups, {**optimizer_kwargs, "capturable": device.type == "cuda"}
 
 
 def l2_parameter_groups(model: torch.nn.Module, coefficient: float, include_word_embeddings: bool) -> list[dict]:

@@ -20,7 +20,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from baselines import BaselineEncoderConfig
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
-from run_scripts.benchmarks import benchmark_crf_share, benchmark_epochs, benchmark_speed
+from run_scripts.benchmarks import benchmark_crf_share, benchmark_epochs, benchmark_graph_step, benchmark_speed
 from run_scripts.benchmarks.support import flop_and_byte_counts, machine_peaks, speed_report, timed_models, workloads
 from run_scripts.training import gpu_batching
 
@@ -109,7 +109,7 @@ def test_gpu_checks_stages_name_existing_scripts_and_the_script_parses(tmp_path)
     assert subprocess.run(["bash", "-n", str(GPU_CHECKS)], check=False).returncode == 0
     default = re.search(r"STAGES=\$\{STAGES:-([^}]*)\}", text).group(1).split()
     stages = re.findall(r"^stage (\w+) (\d+) ", text, re.MULTILINE)
-    assert [name for name, _ in stages] == [*default, "scripts"]
+    assert [name for name, _ in stages] == [*default, "epochs", "scripts"]  # the optional stages last
     assert sum(int(limit) for name, limit in stages if name in default) <= int(re.search(r"BUDGET:-(\d+)", text)[1])
     for path in re.findall(r"(run_scripts/\S+\.py|tests/\S+\.py)", text):
         assert (REPO / path).is_file(), path
@@ -294,7 +294,7 @@ def test_crf_inputs_are_the_taggers_own_chain_without_the_sentence_boundaries():
     expected = [[-100, 0, 0, 0, 0, -100], [-100, 0, 0, -100, -100, -100]]  # <s> w w w w </s>; <s> w w </s> pad pad
     assert labels.tolist() == expected
     ((emissions, _, chain), kwargs), *rest = steps.crf_inputs()
-    assert not rest and kwargs == {"reduction": "mean", "implementation": "auto"} and emissions.shape[:2] == (2, 6)
+    assert not rest and kwargs == {"reduction": "none", "implementation": "auto"} and emissions.shape[:2] == (2, 6)
     assert chain.tolist() == [[label != -100 for label in row] for row in expected]
 
 
@@ -330,6 +330,33 @@ def test_epochs_stage_dry_run_runs_the_training_scripts(tmp_path, shared_data):
     (row,) = [r for r in markdown_rows(report) if r.get("S-LSTM run") == "ner-slstm"]
     assert (row["ours"], row["paper"]) == (f"{ratio:.2f}", f"{79 / 82:.2f}")
     assert (tmp_path / "ner-slstm.log").stat().st_size > 0
+
+
+def test_wholestep_stage_dry_run_matches_eager_and_plans_the_epochs(tmp_path, capsys):
+    # The stage's own arguments, on the CPU: the whole step uncaptured against the Trainer's eager step (4 steps of
+    # each task), the host-time rows, the Triton launch rows skipped with a reason; the epochs planned.
+    arguments = stage_arguments("wholestep", tmp_path, tmp_path)
+    args = benchmark_graph_step.parse_arguments(benchmark_graph_step.GraphStepArguments, arguments)
+    assert args.parts == list(benchmark_graph_step.PARTS) and args.match_steps == 50
+    assert args.epoch_runs[:3] == ["ner-slstm+cuda-graphs", "ner-slstm", "ner-bilstm1"]
+    assert {benchmark_epochs.RUNS[run][:2] for run in args.epoch_runs} == {
+        (task, model) for task in ("ner", "movie-review") for model in ("slstm", "bilstm1")
+    }
+    graphed = [run for run in args.epoch_runs if benchmark_epochs.RUNS[run][2] == ["--cuda_graphs"]]
+    assert graphed == ["ner-slstm+cuda-graphs", "movie-review-slstm+cuda-graphs"]
+    assert benchmark_graph_step.main([*arguments, "--dry_run", "--parts", "match", "host", "launch"])
+    rows = [dict(item.split("=", 1) for item in line.split(" | ")) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("part=")]  # fmt: skip
+    assert {row["run"]: row["verdict"] for row in rows if "verdict" in row} == {
+        "ner-fp32": "match", "classification-fp32": "match"
+    }  # fmt: skip
+    assert sum(row["part"] == "match" and "step" in row for row in rows) == 2 * 4  # a row per step, as made
+    host = {row["run"] for row in rows if row["part"] == "host" and "host_ms" in row}
+    assert host == {f"{task}-{model}" for task in ("ner", "classification") for model in ("slstm", "slstm+graph",
+                                                                                           "bilstm")}  # fmt: skip
+    assert [row.get("skipped", "") for row in rows if row["part"] == "launch"] == [
+        "needs a CUDA GPU (Triton's interpreter has no launcher to time)"
+    ]
 
 
 # --------------------------------------------------------------------------------------------------------------------

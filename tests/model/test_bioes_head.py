@@ -52,6 +52,27 @@ def test_gold_tags_are_the_bioes_form_of_the_iob2_labels():
             assert converted == convert_tag_sequence(iob2, "IOB2", "BIOES")
 
 
+@pytest.mark.parametrize("labels", [BIO_LABELS, ["I-LOC", "B-PER", "O", "I-PER", "B-LOC"]], ids=["O-first", "I-first"])
+def test_gold_tags_of_rows_labelled_to_their_last_column(labels):
+    """Rows whose last column is labelled (no `</s>` or padding after it) end their entity there: a final `I-X` becomes
+    `E-X`, a final `B-X` `S-X`, whatever label id 0 is (-100 is read as id 0 before it is put back)."""
+    label_map = BIOESTags(labels)
+    sentences = [
+        ["B-PER", "I-PER", "O", "O", "B-LOC", "I-LOC"],
+        ["B-LOC", "I-LOC", "I-LOC", "B-PER", "I-PER"],  # with a hole: as wide as the first
+        ["O", "B-LOC", "I-LOC", "O", "O", "B-PER"],
+        ["B-LOC", "I-LOC", "I-LOC"],  # then -100: ends before the last column
+        ["B-PER", "B-PER"],
+    ]
+    rows = [[labels.index(tag) for tag in tags] for tags in sentences]
+    rows[1].insert(2, IGNORE_INDEX)  # an unlabelled sub-word inside an entity
+    label_ids = pad(rows, value=IGNORE_INDEX)[0]
+    tags = bioes_gold_tags(label_ids, label_map)
+    for row, iob2 in enumerate(sentences):
+        converted = [label_map.tags[i] for i in tags[row][label_ids[row] != IGNORE_INDEX].tolist()]
+        assert converted == convert_tag_sequence(iob2, "IOB2", "BIOES")
+
+
 def bioes_model(use_crf: bool, seed: int = 0) -> SLSTMForTokenClassification:
     return build(SLSTMForTokenClassification, tagger_config(use_crf=use_crf, head_tag_scheme="BIOES"), seed=seed)
 

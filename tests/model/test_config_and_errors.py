@@ -7,6 +7,7 @@ import torch
 from helpers import VOCAB_SIZE, build, tagger_config, tiny_config
 
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
+from modeling_slstm.validation import named_on_failure
 
 
 @pytest.mark.parametrize(
@@ -128,3 +129,16 @@ def test_sequence_classifier_rejects_bad_labels(labels, message):
     model = build(SLSTMForSequenceClassification, num_labels=3)
     with pytest.raises(ValueError, match=message):
         model(input_ids=IDS, labels=labels)
+
+
+def test_a_failure_with_valid_values_is_raised_as_it_is():
+    """Where the value check passes, the failure inside `named_on_failure` is raised unchanged, not swallowed."""
+    failure = IndexError("not about the values")
+    with pytest.raises(IndexError) as raised, named_on_failure(lambda: None):
+        raise failure
+    assert raised.value is failure
+    # In a forward: class ids in range given to a multi-label classifier fail in the loss, and that failure is what
+    # the caller gets (swallowed, the forward would return no loss).
+    model = build(SLSTMForSequenceClassification, num_labels=3, problem_type="multi_label_classification")
+    with pytest.raises(ValueError, match=r"Target size \(torch.Size\(\[1\]\)\) must be the same as input size"):
+        model(input_ids=IDS, labels=torch.tensor([1]))

@@ -135,6 +135,24 @@ def test_intel_amx_runs_bf16_matmuls(monkeypatch):
         assert cpu_matmul.SLSTMLinear(6, 4)(torch.randn(3, 6)).dtype == torch.bfloat16
 
 
+def test_float16_autocast_computes_in_float16_without_a_bf16_warning(monkeypatch, caplog):
+    """The float32 rule is for bf16 autocast only: under float16 CPU autocast the layers compute as `nn.Linear` and
+    `nn.Conv1d` do there (in float16), with no warning about bf16."""
+    pretend_cpu(monkeypatch, INTEL_AVX512_BF16_NO_AMX)
+    monkeypatch.setattr(cpu_matmul, "probe_bf16_matmul", no_probe)
+    caplog.set_level(logging.WARNING, logger=cpu_matmul.logger.name)
+    linear, conv = cpu_matmul.SLSTMLinear(6, 4), cpu_matmul.SLSTMConv1d(6, 4, kernel_size=3, padding=1)
+    rows, sequences = torch.randn(3, 6), torch.randn(2, 6, 5)
+    with torch.autocast("cpu", dtype=torch.float16):
+        outputs = linear(rows), conv(sequences)
+        expected = torch.nn.Linear.forward(linear, rows), torch.nn.Conv1d.forward(conv, sequences)
+    assert expected[0].dtype == expected[1].dtype == torch.float16  # what autocast itself gives
+    for output, reference in zip(outputs, expected):
+        assert output.dtype == torch.float16
+        torch.testing.assert_close(output, reference)
+    assert "no fast bf16 matmul path" not in caplog.text
+
+
 # The probe
 
 

@@ -251,6 +251,29 @@ def test_missing_or_inconsistent_subword_inputs_are_named(encoder_folder, tokeni
         model(**dict(batch, subword_ids=batch["subword_ids"] + 1000))
 
 
+@pytest.mark.parametrize(
+    "sentences, batch_smaller",
+    [(SENTENCES, True), ([["zq"], ["cats"], ["The"], ["."], ["New"]], False)],
+    ids=["batch_smaller_than_seq", "batch_larger_than_seq"],
+)
+def test_subword_to_word_is_checked_against_the_sentence_length(encoder_folder, tokenizer, sentences, batch_smaller):
+    """The limit of `subword_to_word` is `seq` (the word positions), whatever the batch size: valid batches pass,
+    a subword assigned to position `seq` or beyond is named, padding (`subword_attention_mask` 0) holds any value."""
+    config = feature_config(encoder_folder)
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    batch_size, seq = batch["input_ids"].shape
+    assert (batch_size < seq) is batch_smaller, (batch_size, seq)
+    check_batch_values(batch, config)  # the tokenizer's own batch: every subword within its sentence
+    padding = ~batch["subword_attention_mask"].bool()
+    check_batch_values(dict(batch, subword_to_word=batch["subword_to_word"].masked_fill(padding, seq + 5)), config)
+    for value in range(seq, max(batch_size, seq) + 1):  # with batch > seq, values below the batch size too
+        beyond = batch["subword_to_word"].clone()
+        beyond[-1, 0] = value  # the first subword of the last sentence (always attended)
+        message = rf"subword_to_word \(where subword_attention_mask is 1\) must be in \[0, {seq}\) \(seq\)"
+        with pytest.raises(ValueError, match=message):
+            check_batch_values(dict(batch, subword_to_word=beyond), config)
+
+
 def test_tokenizer_errors_name_the_problem(subword_tokenizer):
     short = build_word_tokenizer(SENTENCES, subword_tokenizer=subword_tokenizer)
     short.subword_max_length = 6

@@ -285,7 +285,7 @@ def test_fused_gradients_for_any_upstream_gradient_layout(case, device, monkeypa
 
 TILINGS = {
     # The GPU's tiles: at hidden 40, BLOCK_H 32 (2 hidden blocks) and, for the 8 gate slots of window 2 with 2 nodes,
-    # BLOCK_S 16 (3 position blocks of 37 words).
+    # BLOCK_S 16 (3 position blocks of 37 words); 32 for the sentence bodies (2 blocks).
     "gpu tiles": {},
     # BLOCK_H 16 (3 hidden blocks), BLOCK_S 8 for the word bodies (5 position blocks), 32 for the sentence bodies.
     "small tiles": {"values_per_tile": 1024, "max_block_h": 16},
@@ -384,6 +384,59 @@ def test_step_implementation_chooses_the_step(implementation, fused, device, mon
     model(inputs_embeds=embeds, attention_mask=mask)
     expected = fused if fused is not None else device.type == "cuda"
     assert launches == (["step_update"] * 3 if expected else [])
+
+
+D_INPUT_TERMS, LATER_STEPS, PRODUCT = 5, 6, 7  # positions in the arguments of `step_update_backward`
+
+
+def recorded_backward_launches(monkeypatch) -> list[tuple[list, list]]:
+    """Records every launch of the fused step's backward kernel as `(arguments, results)`: its arguments as they came
+    (copies), and its returned gradients followed by `d_input_terms` and `product` as it wrote them."""
+    launches = []
+    launch = triton_step.StepKernels.backward
+
+    def recorded(kernels, *args):
+        copies = [arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args]
+        outputs = launch(kernels, *args)
+        launches.append((copies, [*outputs, args[D_INPUT_TERMS].clone(), args[PRODUCT].clone()]))
+        return outputs
+
+    monkeypatch.setattr(triton_step.StepKernels, "backward", recorded)
+    return launches
+
+
+@needs_triton
+def test_the_backward_operator_refuses_to_write_into_a_non_contiguous_tensor(device, monkeypatch):
+    """`step_update_backward` writes the product's gradient over `product` and adds that of `U x + b` into
+    `d_input_terms`, as contiguous tensors. A direct caller's contiguous tensors get what the recurrence's own launch
+    wrote; the same values in another layout (transposed) are refused by name, not written as if contiguous."""
+    model = build(SLSTMModel, tiny_config(num_steps=2)).to(device)
+    model.config.step_implementation = "triton"
+    _, mask = pad(random_ids((3, 1)))
+    embeds = torch.randn(*mask.shape, model.config.embedding_dim, generator=torch.Generator().manual_seed(2))
+    embeds, mask = embeds.to(device), mask.to(device)
+    launches = recorded_backward_launches(monkeypatch)
+    model(inputs_embeds=embeds.requires_grad_(True), attention_mask=mask).last_hidden_state.square().sum().backward()
+    arguments, expected = launches[-1]  # the first step's: later_steps, so d_input_terms is read and added to
+    assert arguments[LATER_STEPS] is True
+    sigmoid_scores = model.config.gate_normalization == "sigmoid_softmax"
+    options = {"window_size": model.config.window_size, "sigmoid_scores": sigmoid_scores}
+
+    def direct_call(index: int | None = None, tensor: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The operator on copies of `arguments` (it writes in place), argument `index` replaced by `tensor`."""
+        fresh = [arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in arguments]
+        if index is not None:
+            fresh[index] = tensor
+        outputs = triton_step.step_update_backward(*fresh, **options)
+        return [*outputs, fresh[D_INPUT_TERMS], fresh[PRODUCT]]
+
+    for actual, wanted in zip(direct_call(), expected, strict=True):
+        torch.testing.assert_close(actual, wanted, rtol=0, atol=0)
+    for name, index in (("d_input_terms", D_INPUT_TERMS), ("product", PRODUCT)):
+        transposed = arguments[index].transpose(0, 1).contiguous().transpose(0, 1)  # same values, another layout
+        assert not transposed.is_contiguous() and torch.equal(transposed, arguments[index])
+        with pytest.raises(ValueError, match=rf"^{name} must be contiguous \(the kernel writes it in place\)"):
+            direct_call(index, transposed)
 
 
 @needs_triton

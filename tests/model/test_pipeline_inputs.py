@@ -70,10 +70,36 @@ def test_entities_keep_every_emoji_whole(use_crf):
         )(text)
         for entity in entities:
             assert entity["start"] in starts and entity["end"] in ends, (aggregation, entity)
-            assert entity["word"] == " ".join(text[entity["start"] : entity["end"]].split()), (aggregation, entity)
+            # The words of the text, read without the spaces before punctuation (as transformers' own clean-up)
+            expected = tokenizer.clean_up_tokenization(" ".join(text[entity["start"] : entity["end"]].split()))
+            assert entity["word"] == expected, (aggregation, entity)
         tagged = [word for entity in entities for word in text[entity["start"] : entity["end"]].split()]
         assert len([word for word in tagged if len(word) > 1 and word in EMOJI_WORDS[:7]]) > 5  # not vacuous
         assert {"\U0001f1e8\U0001f1f3", "\U0001f1fa\U0001f1f8"} & set(tagged), aggregation  # a flag, whole
+
+
+PUNCTUATED_TEXTS = [
+    "M. Wasim",
+    "Paris, said M. Wasim of Lahore's U.S. office... John!",
+    "  Is it John, or M. Wasim?  ",
+]
+
+
+@pytest.mark.parametrize("text", PUNCTUATED_TEXTS)
+def test_an_aggregated_entity_reads_as_the_text_spells_it(text):
+    """The `word` of an entity that `aggregation_strategy="simple"` joins from several tokens, punctuation among
+    them, is the text between the entity's offsets (as a BERT tokenizer's decoding gives it): `M. Wasim`, not
+    `M . Wasim`. The tagger tags every word `I-PER`, so that the whole text is one entity; its words are in the
+    vocabulary or not (a word outside it reads as the text spells it)."""
+    model, tokenizer = word_tagger([VOCABULARY], use_crf=False)
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0 if label != "I-PER" else 1.0 for label in BIO_LABELS]))
+    (entity,) = pipeline(
+        "token-classification", model=model.eval(), tokenizer=tokenizer, aggregation_strategy="simple"
+    )(text)
+    assert (entity["entity_group"], entity["start"], entity["end"]) == ("PER", *re.search(r"\S.*\S", text).span())
+    assert entity["word"] == text[entity["start"] : entity["end"]]
 
 
 def sentiment_classifier(**overrides):

@@ -2,6 +2,7 @@
 pre-split text become words, words that look like special tokens, bad input, padding, saving and loading."""
 
 import json
+import unicodedata
 
 import pytest
 import regex
@@ -150,6 +151,21 @@ def test_decode_skips_special_tokens(tokenizer):
     assert tokenizer.decode(ids, skip_special_tokens=True) == "the cat"
 
 
+def test_tokens_read_without_the_spaces_before_punctuation(tmp_path):
+    """Tokens join as transformers' `clean_up_tokenization` reads them joined with spaces (`M. Wasim, Lahore's`), in
+    decoding too, in the tokenizer and from its tokenizer.json alone; no word is glued to the one before (`##x` is a
+    word)."""
+    tokens = ["M", ".", "Wasim", ",", "of", "Lahore", "'s", "office", "...", "(", "##x", ")", "!", "?"]
+    tokenizer = build_word_tokenizer([tokens])
+    expected = tokenizer.clean_up_tokenization(" ".join(tokens))
+    assert expected == "M. Wasim, of Lahore's office... ( ##x )!?"
+    tokenizer.save_pretrained(tmp_path)
+    plain = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    assert tokenizer.convert_tokens_to_string(tokens) == plain.convert_tokens_to_string(tokens) == expected
+    ids = tokenizer(tokens, is_split_into_words=True)["input_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == plain.decode(ids, skip_special_tokens=True) == expected
+
+
 @pytest.mark.parametrize("sentences", [[], [[], []]])
 def test_empty_training_data_is_rejected(sentences):
     with pytest.raises(ValueError, match="empty training data"):
@@ -226,6 +242,34 @@ def test_raw_text_words_never_split_a_grapheme(tokenizer, text):
     assert "".join(text[start:end] for start, end in spans) == "".join(text.split())
     lone = [chunk for chunk in text.split() if len(graphemes(chunk)) == 1]
     assert set(lone) <= {text[start:end] for start, end in spans}
+
+
+ACCENTED_TEXTS = [
+    (
+        "@Zürich loves #naïve #café, says Müller's naïve résumé.",
+        ["@Zürich", "loves", "#naïve", "#café", ",", "says", "Müller", "'s", "naïve", "résumé", "."],
+    ),
+    (
+        "Señor Gödel-Escher: l'été à Zürich #Ελλάδα @नमस्ते_दुनिया #한국",
+        ["Señor", "Gödel-Escher", ":", "l'été", "à", "Zürich", "#Ελλάδα", "@नमस्ते_दुनिया", "#한국"],
+    ),
+]
+
+
+@pytest.mark.parametrize("form", ["NFC", "NFD"])
+@pytest.mark.parametrize("text, words", ACCENTED_TEXTS, ids=["latin", "other-scripts"])
+def test_accented_text_gives_the_same_words_composed_or_decomposed(tokenizer, text, words, form):
+    """Words, mentions and hashtags with accents stay whole whether the accents are precomposed (NFC) or combining
+    marks after their letters (NFD, where a mark may sit inside a word: `nai\u0308ve`): the same words, each as the
+    text spells it."""
+    text = unicodedata.normalize(form, text)
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    spans = [
+        text[start:end]
+        for (start, end), word in zip(encoding["offset_mapping"], encoding.word_ids())
+        if word is not None
+    ]
+    assert spans == [unicodedata.normalize(form, word) for word in words]
 
 
 def test_pre_split_words_are_never_split(tokenizer):

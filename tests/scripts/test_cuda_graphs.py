@@ -1,17 +1,21 @@
-"""`--cuda_graphs` of the training scripts, as far as a CPU can check it: the flag turns on `torch.compile`'s
-`reduce-overhead` mode (CUDA graphs), refuses to run without a CUDA GPU, and the GPU collators' padding gives a corpus
-few batch shapes, each captured once; the collators' own padding of character ids gives the tokenizer's batch."""
+"""`--cuda_graphs` of the training scripts, as far as a CPU can check its arguments: whole-step graphs
+(tests/scripts/test_whole_step_graphs.py runs them) without `torch.compile`, refused without a CUDA GPU, alone gets the
+capturable optimizer, and the GPU collators' padding gives a corpus few batch shapes, each captured once; the
+collators' own padding of character ids gives the tokenizer's batch."""
 
 from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import build
 from transformers import DataCollatorForTokenClassification, HfArgumentParser
 
+from modeling_slstm import SLSTMForSequenceClassification
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 from run_scripts.benchmarks.support import workloads
 from run_scripts.training import gpu_batching
 from run_scripts.training.arguments import SLSTMTrainingArguments
+from run_scripts.training.trainer import SLSTMTrainer
 
 
 def parse(tmp_path, *flags):
@@ -20,21 +24,43 @@ def parse(tmp_path, *flags):
     return arguments
 
 
-def test_cuda_graphs_is_torch_compile_in_reduce_overhead_mode(tmp_path, monkeypatch):
-    arguments, conflicting = parse(tmp_path), parse(tmp_path, "--torch_compile_mode", "max-autotune")
-    assert not arguments.torch_compile
+@pytest.mark.parametrize(
+    "flags", [["--torch_compile"], ["--torch_compile_mode", "reduce-overhead"], ["--torch_compile_backend", "eager"]]
+)
+def test_cuda_graphs_capture_the_eager_step_and_refuse_torch_compile(tmp_path, monkeypatch, flags):
+    arguments, compiled = parse(tmp_path), parse(tmp_path, *flags)
+    too_few = parse(tmp_path, "--cuda_graphs_max_shapes", "0")
     # As if on a GPU machine (parsing there would also make transformers set up the GPU).
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     arguments.use_cuda_graphs()
-    assert arguments.torch_compile and arguments.torch_compile_mode == "reduce-overhead"
-    with pytest.raises(ValueError, match="'reduce-overhead', got --torch_compile_mode 'max-autotune'"):
-        conflicting.use_cuda_graphs()
+    assert not arguments.torch_compile and arguments.torch_compile_mode is None  # the model stays eager
+    with pytest.raises(ValueError, match="--cuda_graphs captures the whole eager training step .* --torch_compile"):
+        compiled.use_cuda_graphs()
+    with pytest.raises(ValueError, match="--cuda_graphs_max_shapes must be at least 1, got 0"):
+        too_few.use_cuda_graphs()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a CUDA GPU")
 def test_cuda_graphs_refuses_to_run_without_a_cuda_gpu(tmp_path):
     with pytest.raises(ValueError, match=r"--cuda_graphs .* needs a CUDA GPU: torch.cuda.is_available\(\) is False"):
         parse(tmp_path, "--cuda_graphs")
+
+
+def test_cuda_graphs_alone_gets_the_capturable_optimizer(tmp_path):
+    """`--cuda_graphs` with no other optimizer option still gets the capturable optimizer its help promises: every
+    group's learning rate a tensor on the device, each group covering the model's weights once, and Adam's step counts
+    on the device where a graph can capture them (CUDA; torch.optim refuses `capturable` on a CPU). Checked on the
+    CPU: the flag is set after parsing, which refuses it without a CUDA GPU."""
+    model = build(SLSTMForSequenceClassification, num_labels=2)
+    arguments = SLSTMTrainingArguments(output_dir=str(tmp_path), learning_rate=0.01, report_to="none", use_cpu=True)
+    arguments.cuda_graphs = True
+    optimizer = SLSTMTrainer(model=model, args=arguments).create_optimizer()
+    assert optimizer.defaults["capturable"] == (arguments.device.type == "cuda")
+    rates = [group["lr"] for group in optimizer.param_groups]
+    assert all(isinstance(rate, torch.Tensor) and rate.device == arguments.device for rate in rates)
+    assert [rate.item() for rate in rates] == pytest.approx([0.01] * len(rates))
+    grouped = [id(parameter) for group in optimizer.param_groups for parameter in group["params"]]
+    assert sorted(grouped) == sorted(id(parameter) for parameter in model.parameters())
 
 
 def test_gpu_batches_of_a_corpus_take_few_shapes(shared_data):

@@ -121,10 +121,10 @@ def test_label_alignment_and_truncation():
     label2id = {"O": 0, "B-X": 1, "I-X": 2}
     encoded = data.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=512)
     assert encoded["labels"] == [[-100, 1, 2, 0, -100], [-100, 0, -100]]
-    assert encoded["length"] == [5, 3]
+    assert [len(ids) for ids in encoded["input_ids"]] == [5, 3]
     truncated = data.tokenize_and_align_labels(examples, tokenizer, label2id, max_length=4)
     assert truncated["labels"][0] == [-100, 1, 2, -100]
-    assert data.count_truncated([3, 1], truncated["length"]) == 1
+    assert data.count_truncated([3, 1], map(len, truncated["input_ids"])) == 1
 
 
 def test_classification_text_is_split_on_whitespace_like_the_vocabulary():
@@ -136,7 +136,7 @@ def test_classification_text_is_split_on_whitespace_like_the_vocabulary():
     for text, ids in zip(texts, encoded["input_ids"], strict=True):
         assert ids[1:-1] == tokenizer.convert_tokens_to_ids(text.split())
         assert tokenizer.unk_token_id not in ids
-    assert encoded["labels"] == [1, 0] and encoded["length"] == [8, 4]
+    assert encoded["labels"] == [1, 0] and [len(ids) for ids in encoded["input_ids"]] == [8, 4]
 
 
 def test_unseen_label_error():
@@ -262,17 +262,40 @@ def stack_rows(rows: list[dict]) -> dict:
     return {name: torch.tensor([row[name] for row in rows]) for name in rows[0]}
 
 
-def test_value_checking_collator_names_masks_other_than_0_and_1():
+@pytest.mark.parametrize("mask_name", ["attention_mask", "subword_attention_mask"])
+def test_value_checking_collator_names_masks_other_than_0_and_1(mask_name):
     config = checked_collator(DataCollatorForTokenClassification)[0].config
     collator = data.ValueCheckingCollator(stack_rows, config)
-    with pytest.raises(ValueError, match=r"attention_mask must hold only 0 and 1, got values \[1, 2\]"):
-        collator([{"input_ids": [2, 4, 3], "attention_mask": [1, 2, 1]}])
+    with pytest.raises(ValueError, match=rf"^{mask_name} must hold only 0 and 1, got values \[1, 2\]"):
+        collator([{"input_ids": [2, 4, 3], mask_name: [1, 2, 1]}])
 
 
-@pytest.mark.parametrize("label, message", [(3, r"\[1, 3\]"), (-1, r"\[-1, 1\]")], ids=["too_large", "negative"])
-def test_value_checking_collator_names_sequence_labels_out_of_range(label, message):
-    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=3)
+def sequence_features(tokenizer, first_label) -> list[dict]:
+    """Two sentences of `SENTENCES` with sequence labels `first_label` and 1."""
     encoded = tokenizer(SENTENCES, is_split_into_words=True)
-    features = [{"input_ids": encoded["input_ids"][row], "labels": [label, 1][row]} for row in range(2)]
-    with pytest.raises(ValueError, match=rf"labels must be in \[0, 3\) \(num_labels\), got values in {message}"):
-        collator(features)
+    return [{"input_ids": encoded["input_ids"][row], "labels": [first_label, 1][row]} for row in range(2)]
+
+
+@pytest.mark.parametrize(
+    "num_labels, label, message",
+    [(3, 3, r"\[1, 3\]"), (3, -1, r"\[-1, 1\]"), (2, 2, r"\[1, 2\]"), (2, -1, r"\[-1, 1\]")],
+    ids=["too_large", "negative", "binary_too_large", "binary_negative"],
+)
+def test_value_checking_collator_names_sequence_labels_out_of_range(num_labels, label, message):
+    # A binary classifier (num_labels=2) too: its labels are class ids like any other classifier's.
+    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=num_labels)
+    expected = rf"labels must be in \[0, {num_labels}\) \(num_labels\) or -100 \(ignored\), got values in {message}"
+    with pytest.raises(ValueError, match=expected):
+        collator(sequence_features(tokenizer, label))
+
+
+def test_value_checking_collator_takes_any_regression_target():
+    # num_labels=1 is a regression: integer targets are values, not class ids.
+    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=1)
+    assert collator(sequence_features(tokenizer, 7))["labels"].tolist() == [7, 1]
+
+
+def test_value_checking_collator_passes_ignored_sequence_labels():
+    """A sentence label -100 is ignored by the loss: the empty fillers of static-shape batches have it."""
+    collator, tokenizer = checked_collator(DataCollatorWithPadding, num_labels=3)
+    assert collator(sequence_features(tokenizer, -100))["labels"].tolist() == [-100, 1]

@@ -1,7 +1,8 @@
 """What `SLSTMTrainer`'s private `Trainer` hooks provide, observed in training and evaluation runs: the training
 batches of every epoch come from the epoch-seeded length-grouped sampler (`_get_train_sampler`), evaluation keeps
-the data's order (`_get_eval_sampler`), and a second `train()` rebuilds the per-epoch decay schedule
-(`_created_lr_scheduler`). Should transformers stop calling a hook, the run differs and these fail."""
+the data's order (`_get_eval_sampler`), a second `train()` rebuilds the per-epoch decay schedule
+(`_created_lr_scheduler`), and after a whole-step graph (`--cuda_graphs`) the Trainer logs the graph's gradient norm
+(`_clip_grad_norm`, `_get_grad_norm`). Should transformers stop calling a hook, the run differs and these fail."""
 
 import datasets
 import pytest
@@ -44,9 +45,8 @@ class RecordingTrainer(SLSTMTrainer):
 
 def trainer(tmp_path, **options) -> RecordingTrainer:
     rows = sentences()
-    dataset = datasets.Dataset.from_dict(
-        {"input_ids": rows, "labels": [index % 2 for index in range(len(rows))], "length": LENGTHS}
-    )
+    # No length column, as the training scripts' data: the length-grouped sampler reads the lengths of `input_ids`.
+    dataset = datasets.Dataset.from_dict({"input_ids": rows, "labels": [index % 2 for index in range(len(rows))]})
     args = SLSTMTrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=BATCH_SIZE, per_device_eval_batch_size=BATCH_SIZE,
         train_sampling_strategy="group_by_length", seed=SEED, report_to="none", use_cpu=True, save_strategy="no",
@@ -93,3 +93,19 @@ def test_a_second_train_restarts_the_per_epoch_decay(tmp_path):
     assert first == pytest.approx(expected)
     run.train()  # a new run of the same trainer: a new schedule, not the first run's continued
     assert logged_rates() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("max_grad_norm", [0.01, 0.0])  # clipped (`_clip_grad_norm`), only measured (`_get_grad_norm`)
+def test_the_whole_step_graphs_gradient_norm_is_logged(tmp_path, max_grad_norm):
+    """With `--cuda_graphs` (uncaptured on a CPU) the graph has clipped and released the gradients: the loop's own
+    clipping would find none (norm 0). The oracle is the eager run's logged norms."""
+
+    def logged_norms(graphs: bool) -> list[float]:
+        run = trainer(tmp_path / str(graphs), max_steps=4, max_grad_norm=max_grad_norm, logging_steps=1)
+        run.args.cuda_graphs = graphs  # parsing refuses it without a CUDA GPU
+        run.train()
+        return [entry["grad_norm"] for entry in run.state.log_history if "grad_norm" in entry]
+
+    eager = logged_norms(False)
+    assert len(eager) == 4 and min(eager) > 0.01
+    assert logged_norms(True) == pytest.approx(eager, rel=1e-5)

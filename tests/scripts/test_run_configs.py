@@ -238,7 +238,6 @@ def test_a_checkpoint_trains_with_the_trainers_defaults(tmp_path):
 
 def test_pin_memory_only_with_an_accelerator(tmp_path, monkeypatch):
     """Pinning needs an accelerator: without one the DataLoader would warn at every epoch."""
-    import torch
 
     argv = ["--train_file", "t.txt", "--output_dir", str(tmp_path)]
     assert parse_training_arguments(DataArguments, argv)[2].dataloader_pin_memory is False
@@ -298,17 +297,3 @@ def test_an_explicit_per_epoch_decay_and_warmup_are_refused_together(tmp_path, w
     assert resolve(tmp_path, config, "--lr_decay_per_epoch", "0.9")[0].lr_decay_per_epoch == 0.9  # alone: accepted
     with pytest.raises(ValueError, match=rf"--lr_decay_per_epoch 0\.9 .* --warmup_steps {re.escape(warmup)}"):
         resolve(tmp_path, config, "--lr_decay_per_epoch", "0.9", "--warmup_steps", warmup)
-
-
-@pytest.mark.parametrize("flags", [[], ["--torch_compile"]])
-def test_cuda_graphs_accept_an_explicit_reduce_overhead_mode(tmp_path, monkeypatch, flags):
-    """`--cuda_graphs` is torch.compile's mode 'reduce-overhead': giving that mode as well is no conflict, whereas
-    another mode is refused."""
-    explicit = resolve(tmp_path, None, *flags, "--torch_compile_mode", "reduce-overhead")[0]
-    conflicting = resolve(tmp_path, None, *flags, "--torch_compile_mode", "default")[0]
-    # What `__post_init__` runs for `--cuda_graphs`, as if on a GPU machine (parsing there would set up the GPU).
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    explicit.use_cuda_graphs()
-    assert explicit.torch_compile and explicit.torch_compile_mode == "reduce-overhead"
-    with pytest.raises(ValueError, match="'reduce-overhead', got --torch_compile_mode 'default'"):
-        conflicting.use_cuda_graphs()

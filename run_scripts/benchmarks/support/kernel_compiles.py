@@ -1,0 +1,157 @@
+"""How many compiled variants of each of the package's Triton kernels a run needs, and what compiling one costs.
+
+Triton compiles a kernel once per specialisation key: the values of its `tl.constexpr` arguments (tile sizes,
+switches, `None` for an absent pointer), the dtype and 16-byte alignment of each pointer, and for each integer argument
+not in the kernel's `do_not_specialize` whether it is 1, a multiple of 16, or neither; and the launch options
+(`num_warps`). A launch whose key is new pays a compile (seconds of host time) before it runs.
+
+`recorded_launches` records the launches a block of code makes, with the kernels replaced by recorders that run
+nothing (their outputs stay uninitialised: only which launches happen, with which arguments, is kept), so that a
+model's training step can be recorded on a CPU for any batch shape. `specialisation_key` computes the key Triton
+computes on an NVIDIA GPU for a recorded launch, with Triton's own binder for an sm_90 target (no GPU needed);
+`time_gpu_compiles` compiles the launches of distinct keys for sm_90 in a fresh process (Triton's compiler and
+`ptxas`, no GPU; a process of its own, since this one may run the kernels in Triton's interpreter) and times each.
+
+The binder and `_pack_args` are Triton internals (Triton 3.3 on), as in `tests/model/compile_kernels_for_a_gpu.py`.
+"""
+
+import contextlib
+import functools
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from unittest import mock
+
+from modeling_slstm import triton_crf, triton_kernels, triton_step
+from run_scripts import REPOSITORY_ROOT
+
+LAUNCHING_MODULES = {
+    # module that launches kernels: (the module that defines them, their names)
+    triton_step: (triton_kernels, ("step_forward_kernel", "step_backward_kernel")),
+    triton_crf: (triton_crf, ("log_likelihood_forward_kernel", "log_likelihood_backward_kernel", "viterbi_kernel")),
+}
+KERNELS = {name: defining for defining, names in LAUNCHING_MODULES.values() for name in names}
+"""Each kernel's defining module, by the kernel's name."""
+SM_90 = ("cuda", 90, 32)  # backend, compute capability, warp size: an H100's or H200's target
+
+
+@dataclass
+class Launch:
+    """One recorded kernel launch: the kernel's name, its positional and keyword arguments."""
+
+    kernel: str
+    args: tuple
+    kwargs: dict
+
+
+class _Recorder:
+    """Stands in for a kernel: `kernel[grid](...)` appends a `Launch` to `launches` and runs nothing."""
+
+    def __init__(self, name: str, launches: list[Launch]):
+        self.name, self.launches = name, launches
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.launches.append(Launch(self.name, args, kwargs))
+
+
+@contextlib.contextmanager
+def recorded_launches() -> Iterator[list[Launch]]:
+    """Within the block, every kernel launch of `triton_step` and `triton_crf` is recorded into the list yielded
+    instead of run."""
+    launches: list[Launch] = []
+    with contextlib.ExitStack() as patches:
+        for module, (_, names) in LAUNCHING_MODULES.items():
+            for name in names:
+                patches.enter_context(mock.patch.object(module, name, _Recorder(name, launches)))
+        yield launches
+
+
+def _kernel(name: str):
+    """The kernel `name` as defined (a `JITFunction`, or an `InterpretedFunction` under `TRITON_INTERPRET=1`)."""
+    return getattr(KERNELS[name], name)
+
+
+@functools.cache
+def _compiled_form(name: str):
+    """The kernel `name` as Triton compiles it for a GPU, its binder for an sm_90 target and that target's backend:
+    `(JITFunction, binder, backend)`. Under the interpreter, a `JITFunction` of the same function and `jit` options
+    (it only binds arguments here: compiling it needs its helpers compiled too, `time_gpu_compiles` does that)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    kernel = _kernel(name)
+    if not isinstance(kernel, JITFunction):
+        kernel = JITFunction(kernel.fn, **kernel.kwargs)
+    backend = make_backend(GPUTarget(*SM_90))
+    return kernel, create_function_from_signature(kernel.signature, kernel.params, backend), backend
+
+
+def specialisation_key(launch: Launch) -> str:
+    """Triton's cache key of `launch` on an sm_90 GPU (as `JITFunction.run` computes it): a new key is a compile."""
+    _, binder, _ = _compiled_form(launch.kernel)
+    _, specialization, options = binder(*launch.args, **launch.kwargs)
+    return str(specialization) + str(options)
+
+
+def distinct_keys(launches: list[Launch]) -> dict[str, dict[str, Launch]]:
+    """Per kernel name, its launches' distinct specialisation keys, each with the first launch that had it."""
+    keys: dict[str, dict[str, Launch]] = defaultdict(dict)
+    for launch in launches:
+        keys[launch.kernel].setdefault(specialisation_key(launch), launch)
+    return dict(keys)
+
+
+def _compile_request(launch: Launch) -> tuple:
+    """What compiling `launch` for sm_90 takes, in plain values: `(kernel name, signature, constexprs, attrs,
+    options)`, as `JITFunction.run` works them out before it compiles."""
+    kernel, binder, backend = _compiled_form(launch.kernel)
+    bound_args, specialization, options = binder(*launch.args, **launch.kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, launch.kwargs, bound_args, specialization,
+                                                              options)  # fmt: skip
+    return launch.kernel, signature, constexprs, attrs, options.__dict__
+
+
+def time_gpu_compiles(launches: list[Launch]) -> list[float]:
+    """Seconds to compile each launch's kernel variant for sm_90, in a fresh process with an empty Triton cache and
+    without the interpreter, in order."""
+    requests = [_compile_request(launch) for launch in launches]
+    environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    # This checkout's package, as in this process.
+    environment["PYTHONPATH"] = os.pathsep.join([str(REPOSITORY_ROOT), os.environ.get("PYTHONPATH", "")])
+    with tempfile.TemporaryDirectory() as cache:
+        environment["TRITON_CACHE_DIR"] = cache
+        run = subprocess.run(
+            [sys.executable, "-m", __spec__.name], input=pickle.dumps(requests), env=environment, cwd=REPOSITORY_ROOT,
+            capture_output=True, check=False,
+        )  # fmt: skip
+    if run.returncode:
+        raise RuntimeError(f"compiling for sm_90 failed:\n{run.stderr.decode()[-5000:]}")
+    return pickle.loads(run.stdout)
+
+
+def _compile_requests_from_stdin():
+    """`time_gpu_compiles`'s process: compiles each request read from stdin, writes the seconds of each to stdout."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    seconds = []
+    for name, signature, constexprs, attrs, options in pickle.loads(sys.stdin.buffer.read()):
+        start = time.perf_counter()
+        compiled = triton.compile(
+            ASTSource(_kernel(name), signature, constexprs, attrs), target=GPUTarget(*SM_90), options=options
+        )
+        seconds.append(time.perf_counter() - start)
+        assert "cubin" in compiled.asm, name
+    sys.stdout.buffer.write(pickle.dumps(seconds))
+
+
+if __name__ == "__main__":
+    _compile_requests_from_stdin()
