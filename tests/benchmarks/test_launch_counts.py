@@ -21,8 +21,8 @@ from run_scripts.benchmarks.support.workloads import parse_shape
 BUDGETS = {
     # (task, batch x length): budget per implementation, today's counts, so that any regression fails. The fused path
     # meets its targets (NER loss <= 200 at every length, classification <= 150) and launches nothing per word.
-    ("ner", "2x8"): {"readable": 1233, "fused": 126},
-    ("ner", "2x32"): {"readable": 1855, "fused": 126},
+    ("ner", "2x8"): {"readable": 1237, "fused": 130},
+    ("ner", "2x32"): {"readable": 1817, "fused": 130},
     ("pos", "2x32"): {"readable": 730, "fused": 106},
     ("classification", "2x21"): {"readable": 943, "fused": 121},
 }
