@@ -345,6 +345,24 @@ def step_launchers(cells, sentence_cells, options: RecurrenceOptions):
     return kernels.forward, kernels.backward
 
 
+KEPT_PRODUCTS_BYTES = 128 * 2**20
+"""The most memory that the fused recurrence keeps every step's product `P = h̃^{t-1} W_h^T` in, from the forward to
+the backward. Short batches, where a step's matmuls are launch-bound, fit: the backward then reads `P` instead of
+recomputing it, and takes the gradient of `W_h` in one matmul over all steps (two operators fewer per step). Longer
+ones recompute `P` step by step and sum the gradient of `W_h` step by step, holding one `P` at a time (the paper
+configuration in float32 keeps `P` up to about 500 words per batch: 10 sentences of 50 words, or 32 of 16)."""
+
+
+def kept_products(num_steps: int, states: torch.Tensor, words_weight: torch.Tensor) -> torch.Tensor | None:
+    """Room `(T, batch * seq, R)` for the product of every step with `words_weight` `(R, H)`, where it takes at
+    most `KEPT_PRODUCTS_BYTES`, else `None` (the backward recomputes them). Decided by the shapes alone."""
+    batch, seq, _ = states.shape
+    shape = (num_steps, batch * seq, words_weight.shape[0])
+    if shape[0] * shape[1] * shape[2] * words_weight.element_size() > KEPT_PRODUCTS_BYTES:
+        return None
+    return words_weight.new_empty(shape)
+
+
 class FusedRecurrence(torch.autograd.Function):
     """All `num_steps` steps of Eqs. 2-3 with the Triton kernels, forward and backward, as
     `SLSTMStateTransition.forward` computes them step by step.
@@ -352,12 +370,13 @@ class FusedRecurrence(torch.autograd.Function):
     Each step is two matmuls and one kernel launch: `P = h̃^{t-1} W_h^T` (every weight on the word states,
     `words_weight`: the kernel reads `W ξ_i` as the sum of the window blocks of `P` at the neighbours' rows, `U_f h_j`
     from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
-    on the sentence states, `sentences_weight`). Only each step's inputs are saved (`StepInputs`, what gradient
-    checkpointing of every step would keep); the backward recomputes `P`, launches the backward kernel, which writes
-    `dP` over `P` (one such tensor at a time, the backward's largest), then two matmuls for the gradients of
-    `h^{t-1}` and `γ^{t-1}`, and sums the gradient of `W_h` step by step in place; that of `W_G` is one matmul over
-    all steps at the end (its inputs are one vector per sentence). The weights come stacked (autograd splits their
-    gradients back to the layers).
+    on the sentence states, `sentences_weight`). Each step's inputs are saved (`StepInputs`, what gradient
+    checkpointing of every step would keep), and on short batches every step's `P` too (`KEPT_PRODUCTS_BYTES`). The
+    backward launches the backward kernel, which writes `dP` over `P`, then two matmuls for the gradients of `h^{t-1}`
+    and `γ^{t-1}`. With the products kept, the gradient of `W_h` is one matmul over all steps at the end; without,
+    the backward recomputes each step's `P` (one such tensor at a time, the backward's largest) and sums the
+    gradient of `W_h` step by step in place. That of `W_G` is one matmul over all steps at the end (its inputs are
+    one vector per sentence). The weights come stacked (autograd splits their gradients back to the layers).
 
     Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
     mask `(batch, seq, 1)` and lengths `(batch, 1)`; `W_h` `(R, H)` (its dtype is the matmuls', autocast's where
@@ -377,27 +396,29 @@ class FusedRecurrence(torch.autograd.Function):
             update, _ = step_launchers(c, c_g, options)
             words_weight_t = words_weight.t()  # (H, R)
             sentences_weight_t = None if sentences_weight is None else sentences_weight.t()  # (K·H, W)
+            products = kept_products(options.num_steps, h, words_weight)  # (T, batch * seq, R) or None
+            step_products = (None,) * options.num_steps if products is None else products.unbind(0)
             saved, outputs = [], []
-            for _ in range(options.num_steps):
+            for step_product in step_products:
                 h_in, h_keep = dropped(h, rate, dtype)  # h̃^{t-1}
-                product = torch.mm(h_in.flatten(0, 1), words_weight_t).view(*h.shape[:2], -1)  # (batch, seq, R)
+                product = torch.mm(h_in.flatten(0, 1), words_weight_t, out=step_product).view(*h.shape[:2], -1)
                 g_in = g_keep = sentence_terms = None
                 if sentences_weight is not None:
                     g_in, g_keep = dropped(g, rate, dtype)  # γ̃^{t-1}
                     sentence_terms = torch.addmm(sentences_bias, g_in.flatten(1), sentences_weight_t)  # (batch, W)
                 h, new_c, g, new_c_g, statistics = update(product, input_terms, sentence_terms, c, c_g, mask, lengths)
                 saved += StepInputs(h_in, h_keep, c, g_in, g_keep, c_g, sentence_terms, statistics)
-                del product  # freed before the next step allocates its own
+                del product  # without `products`: freed before the next step allocates its own
                 c, c_g = new_c, new_c_g
                 outputs.append(h)
-        ctx.save_for_backward(input_terms, mask, lengths, words_weight, sentences_weight, *saved)
+        ctx.save_for_backward(input_terms, mask, lengths, words_weight, sentences_weight, products, *saved)
         ctx.options = options
         return (*outputs, g)
 
     @staticmethod
     def backward(ctx, *d_outputs):
         options, rate = ctx.options, ctx.options.dropout_rate
-        input_terms, mask, lengths, words_weight, sentences_weight, *saved = ctx.saved_tensors
+        input_terms, mask, lengths, words_weight, sentences_weight, products, *saved = ctx.saved_tensors
         width = len(StepInputs._fields)
         steps = [StepInputs(*saved[start : start + width]) for start in range(0, len(saved), width)]
         # d h^1 … d h^T, d g^T: each None where the loss has none, and of any layout (expanded, sliced, ...).
@@ -412,11 +433,15 @@ class FusedRecurrence(torch.autograd.Function):
         d_words_weight = None
         d_input_terms = torch.empty_like(input_terms, dtype=torch.float32)  # summed over the steps by the kernel
         d_sentence_terms_per_step = []
+        step_products = (None,) * options.num_steps if products is None else products.unbind(0)
         with torch.autocast(input_terms.device.type, enabled=False):
             for step in reversed(range(options.num_steps)):
                 inputs = steps[step]
                 flat_h_in = inputs.word_states.flatten(0, 1)  # (batch * seq, H)
-                product = torch.mm(flat_h_in, words_weight.t()).view(*inputs.word_cells.shape[:2], -1)
+                product = step_products[step]
+                if product is None:  # recomputed
+                    product = torch.mm(flat_h_in, words_weight.t())
+                product = product.view(*inputs.word_cells.shape[:2], -1)  # (batch, seq, R)
                 # dP is written over P. The cells' gradients come in two parts (through the words, through the
                 # sentence nodes): (2, ...).
                 d_sentence_terms, d_cells, d_sentence_cells = update_backward(
@@ -431,11 +456,15 @@ class FusedRecurrence(torch.autograd.Function):
                 flat_d_product = product.flatten(0, 1)  # dP: (batch * seq, R)
                 d_states = undropped(torch.mm(flat_d_product, words_weight).view_as(inputs.word_cells),
                                      inputs.word_keep, rate)  # fmt: skip
-                if d_words_weight is None:
-                    d_words_weight = torch.mm(flat_d_product.t(), flat_h_in)
-                else:
-                    d_words_weight.addmm_(flat_d_product.t(), flat_h_in)
-                del product, flat_d_product  # freed before the next step allocates its own
+                if products is None:  # W_h's gradient summed step by step, in place
+                    if d_words_weight is None:
+                        d_words_weight = torch.mm(flat_d_product.t(), flat_h_in)
+                    else:
+                        d_words_weight.addmm_(flat_d_product.t(), flat_h_in)
+                del product, flat_d_product  # without `products`: freed before the next step allocates its own
+            if products is not None:  # dP of every step, written over the kept products: one matmul for W_h's
+                word_inputs = torch.cat([inputs.word_states for inputs in steps]).flatten(0, 1)  # (T·batch·seq, H)
+                d_words_weight = torch.mm(products.flatten(0, 1).t(), word_inputs)
             d_sentences_weight = d_sentences_bias = None
             if sentences_weight is not None:
                 d_terms = torch.cat(d_sentence_terms_per_step[::-1])  # (steps * batch, W)

@@ -5,14 +5,15 @@ Table 7).
 
 Each run is one epoch of `run_classification.py` (movie review, the seeded 80/10/10 split of `--split_seed 42`) or
 `run_ner.py` (CoNLL-2003 NER train split, trained in BIOES) from a config of `hub_configs/` and its training recipe
-(Adam 1e-3, batch 10, length-grouped batches), with character features as `run_scripts/paper_runs.py` trains them,
-bf16 autocast on a GPU, no evaluation and no checkpoints; the time is the Trainer's `train_runtime` (the epoch's
-steps; data preparation and saving are outside it). Word embeddings are the configs' own (300 dimensions, random):
-the pretrained-vector packages are not needed for a timing. `+compile-graphs` runs add transformers'
-`--torch_compile --torch_compile_mode reduce-overhead` (CUDA graphs through `torch.compile`), whose compilation is
-part of the epoch: they say whether the option pays for a whole epoch. `+cuda-graphs` runs add the scripts'
-`--cuda_graphs` (whole training steps replayed from CUDA graphs), capture included. Every run, the BiLSTM's too,
-trains with character features (`use_char_features=true`): the baselines compare like for like.
+(Adam 1e-3, batch 10, length-grouped batches), with character features as `run_scripts/paper_runs.py` trains them:
+every run, the BiLSTM's too, so that the baselines compare like for like (the NER BiLSTM-CRF from
+`bilstm1-ner-crf-chars.json`, the S-LSTM NER config's character CNN; `ner-bilstm1-no-chars` is the BiLSTM-CRF without
+characters, an extra run); bf16 autocast on a GPU, no evaluation and no checkpoints; the time is the Trainer's
+`train_runtime` (the epoch's steps; data preparation and saving are outside it). Word embeddings are the configs' own
+(300 dimensions, random): the pretrained-vector packages are not needed for a timing. `+compile-graphs` runs add
+transformers' `--torch_compile --torch_compile_mode reduce-overhead` (CUDA graphs through `torch.compile`), whose
+compilation is part of the epoch: they say whether the option pays for a whole epoch. `+cuda-graphs` runs add the
+scripts' `--cuda_graphs` (whole training steps replayed from CUDA graphs), capture included.
 
     python run_scripts/benchmarks/benchmark_epochs.py --data_dir ../shared/data --output_dir out/epochs
     python run_scripts/benchmarks/benchmark_epochs.py --data_dir ../shared/data --runs ner-slstm ner-bilstm1 \
@@ -40,10 +41,12 @@ from run_scripts.training.arguments import check_choices, parse_arguments
 # The paper's seconds per training epoch (Zhang, Liu & Song 2018; one GTX 1080): S-LSTM and BiLSTM.
 PAPER_SECONDS = {"movie-review": {"slstm": 41, "bilstm1": 51}, "ner": {"slstm": 79, "bilstm1": 82}}
 CONFIGS = {
-    ("movie-review", "slstm"): "hub_configs/slstm-classification-paper.json",
-    ("movie-review", "bilstm1"): "hub_configs/baselines/bilstm1-classification.json",
-    ("ner", "slstm"): "hub_configs/slstm-ner-crf.json",
-    ("ner", "bilstm1"): "hub_configs/baselines/bilstm1-ner-crf.json",
+    # (task, model): (config, its --config_overrides)
+    ("movie-review", "slstm"): ("hub_configs/slstm-classification-paper.json", "use_char_features=true"),
+    ("movie-review", "bilstm1"): ("hub_configs/baselines/bilstm1-classification.json", "use_char_features=true"),
+    ("ner", "slstm"): ("hub_configs/slstm-ner-crf.json", ""),
+    ("ner", "bilstm1"): ("hub_configs/baselines/bilstm1-ner-crf-chars.json", ""),  # the S-LSTM's char CNN
+    ("ner", "bilstm1-no-chars"): ("hub_configs/baselines/bilstm1-ner-crf.json", ""),
 }
 COMPILE_GRAPHS = ["--torch_compile", "--torch_compile_mode", "reduce-overhead"]
 WHOLE_STEP_GRAPHS = ["--cuda_graphs"]
@@ -52,6 +55,7 @@ RUNS = {
     "movie-review-bilstm1": ("movie-review", "bilstm1", []),
     "ner-slstm": ("ner", "slstm", []),
     "ner-bilstm1": ("ner", "bilstm1", []),
+    "ner-bilstm1-no-chars": ("ner", "bilstm1-no-chars", []),
     "ner-slstm+compile-graphs": ("ner", "slstm", COMPILE_GRAPHS),
     "movie-review-slstm+compile-graphs": ("movie-review", "slstm", COMPILE_GRAPHS),
     "ner-slstm+cuda-graphs": ("ner", "slstm", WHOLE_STEP_GRAPHS),
@@ -90,12 +94,9 @@ def training_command(run: str, args: EpochArguments, output_dir: Path) -> list[s
         script = "run_classification.py"
         data = ["--rt_polarity_dir", str(args.data_dir / "movie_review"), "--split_seed", "42"]
     command = [sys.executable, str(REPOSITORY_ROOT / "run_scripts" / script), *data]
-    command += [
-        "--config_name",
-        str(REPOSITORY_ROOT / CONFIGS[task, model]),
-        "--config_overrides",
-        "use_char_features=true",
-    ]
+    config, overrides = CONFIGS[task, model]
+    command += ["--config_name", str(REPOSITORY_ROOT / config)]
+    command += ["--config_overrides", overrides] if overrides else []
     command += ["--output_dir", str(output_dir), "--do_train", "--num_train_epochs", "1", "--eval_strategy", "no"]
     command += ["--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--seed", "42"]
     command += ["--logging_steps", "500"]
@@ -111,7 +112,7 @@ def time_epoch(run: str, args: EpochArguments) -> dict:
     task, model, options = RUNS[run]
     row = {"run": run, "task": task, "model": model, "options": " ".join(options)}
     row["device_name"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    row["paper_seconds_per_epoch"] = PAPER_SECONDS[task][model]
+    row["paper_seconds_per_epoch"] = PAPER_SECONDS[task].get(model, "")  # none for the BiLSTM without characters
     with tempfile.TemporaryDirectory() as folder, (args.output_dir / f"{run}.log").open("w") as log:
         command = training_command(run, args, Path(folder))
         print(f"== {run}: {' '.join(command)}", flush=True)

@@ -60,7 +60,8 @@ EPOCH_RUNS = ["ner-slstm+cuda-graphs", "ner-slstm", "ner-bilstm1", "movie-review
 CONLL_LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
 TASKS = {
     # task: (S-LSTM config, BiLSTM config, labels, model class)
-    "ner": ("slstm-ner-crf.json", "baselines/bilstm1-ner-crf.json", CONLL_LABELS, AutoModelForTokenClassification),
+    "ner": ("slstm-ner-crf.json", "baselines/bilstm1-ner-crf-chars.json", CONLL_LABELS,
+            AutoModelForTokenClassification),  # the BiLSTM-CRF with the S-LSTM NER config's character CNN
     "classification": ("slstm-classification-paper.json", "baselines/bilstm1-classification.json",
                        ["negative", "positive"], AutoModelForSequenceClassification),
 }  # fmt: skip

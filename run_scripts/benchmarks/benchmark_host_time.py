@@ -3,7 +3,9 @@
 kernel is short (the paper's batches of 10 short sentences), measured on a CPU.
 
 For the paper's NER, POS and movie-review classification configs (`hub_configs/`), the S-LSTM with its readable step
-and its fused step, and the 1-layer BiLSTM baseline (`hub_configs/baselines/`) beside them, all at hidden size 8:
+and its fused step, and the 1-layer BiLSTM baseline (`hub_configs/baselines/`) beside them, all at hidden size 8. The
+NER BiLSTM-CRF has the S-LSTM NER config's character CNN (`bilstm1-ner-crf-chars.json`), so that the two compare like
+for like; `bilstm-no-chars` is the BiLSTM-CRF without it (`bilstm1-ner-crf.json`), an extra row of NER only:
 - the phases of a bare training step: forward with the loss, backward, gradient clipping (`clip_grad_norm_` at the
   recipe's 3.0), and the optimizer step with the scheduler (the Trainer's optimizer, the per-epoch decay's
   `LambdaLR`, `zero_grad`);
@@ -16,11 +18,14 @@ and its fused step, and the 1-layer BiLSTM baseline (`hub_configs/baselines/`) b
 The S-LSTM layers' matmuls go through PyTorch's own operators, as on a GPU (not the oneDNN backend that
 `cpu_matmul.py` picks on some CPUs, whose custom operator costs host time that a GPU never pays).
 The kernels' work is removed by making every Triton launch a no-op: the kernels run in Triton's interpreter
-(`TRITON_INTERPRET=1`, set here), whose launch is patched to return at once, so the custom operators' dispatch and
-the launchers' Python are timed, not the kernels. The outputs are then whatever memory held, which changes the
-figures of neither path: nothing on the host reads a value. Each figure is also printed in units of one small ATen
-operator (`torch.add` of two 8-element tensors, no autograd) timed in the same rounds, so that CPUs compare. One
-intra-op thread; medians over the timed steps of all rounds (each round: bare steps, then a Trainer run).
+(`TRITON_INTERPRET=1`, set here), whose launch is patched to return at once, so the custom operators' dispatch and the
+launchers' Python are timed, not the kernels. The outputs are then whatever memory held: nothing on the host reads a
+value, but the CPU's own arithmetic on them (matmuls) slows down many times over on denormal numbers, which a GPU does
+not pay, so denormals are flushed to zero while the benchmark runs (`torch.set_flush_denormal`). Each figure is also
+printed in units of one small ATen operator (`torch.add` of two 8-element tensors, no autograd) timed in the same
+rounds, so that CPUs compare. One intra-op thread; medians over the timed steps of all rounds (each round: bare steps,
+then a Trainer run). On a busy machine, `--clock thread` times the CPU time of this thread instead of the elapsed time:
+what the step costs the host, without the time slices that other processes take.
 
     python run_scripts/benchmarks/benchmark_host_time.py
     python run_scripts/benchmarks/benchmark_host_time.py --tasks ner --models slstm-fused bilstm --steps 20
@@ -61,18 +66,31 @@ CONLL_LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-
 POS_TAGS = [f"TAG{index}" for index in range(45)]  # the Penn Treebank's 45 tags
 CLASSES = ["negative", "positive"]
 TASKS = {
-    # task: (S-LSTM config, BiLSTM config, labels, training script)
-    "ner": ("slstm-ner-crf.json", "bilstm1-ner-crf.json", CONLL_LABELS, run_ner),
-    "pos": ("slstm-pos.json", "bilstm1-pos.json", POS_TAGS, run_ner),
-    "classification": ("slstm-classification-paper.json", "bilstm1-classification.json", CLASSES, run_classification),
+    # task: (S-LSTM config, {baseline model: its config}, labels, training script)
+    "ner": (
+        "slstm-ner-crf.json",
+        {"bilstm": "bilstm1-ner-crf-chars.json", "bilstm-no-chars": "bilstm1-ner-crf.json"},
+        CONLL_LABELS,
+        run_ner,
+    ),
+    "pos": ("slstm-pos.json", {"bilstm": "bilstm1-pos.json"}, POS_TAGS, run_ner),
+    "classification": (
+        "slstm-classification-paper.json",
+        {"bilstm": "bilstm1-classification.json"},
+        CLASSES,
+        run_classification,
+    ),
 }
 MODELS = {
     # model: (S-LSTM or BiLSTM, step_implementation: the S-LSTM's step and the CRF's plain loops or their kernels)
     "slstm-readable": ("slstm", "eager"),
     "slstm-fused": ("slstm", "triton"),
     "bilstm": ("bilstm", "triton"),
+    "bilstm-no-chars": ("bilstm", "triton"),  # NER only: the BiLSTM-CRF without the character CNN
 }
 PHASES = ("forward+loss", "backward", "clipping", "optimizer+scheduler")
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+clock = CLOCKS["wall"]  # the clock of every figure, `--clock` (set by `main`)
 VOCABULARY = [f"w{index}ord" for index in range(500)]
 
 
@@ -95,10 +113,18 @@ class HostTimeArguments:
     rounds: int = field(default=3, metadata={"help": "rounds of bare steps then a Trainer run"})
     warmup: int = field(default=5, metadata={"help": "untimed steps before them"})
     trainer_steps: bool = field(default=True, metadata={"help": "also time whole Trainer steps (--no_trainer_steps)"})
+    clock: str = field(
+        default="wall",
+        metadata={
+            "help": "wall: elapsed time; thread: the CPU time of this thread (time.thread_time), which leaves out the "
+            "time other processes of a busy machine take from it (the Trainer runs its data loading in this thread)"
+        },
+    )
 
     def __post_init__(self):
         check_choices("tasks", self.tasks, TASKS)
         check_choices("models", self.models, MODELS)
+        check_choices("clock", [self.clock], CLOCKS)
         for shape in self.shapes + self.classification_shapes:
             parse_shape(shape)
 
@@ -119,29 +145,32 @@ def small_operator_seconds(calls: int = 20_000, rounds: int = 7) -> float:
     means = []
     with torch.inference_mode():
         for _ in range(rounds):
-            start = time.perf_counter()
+            start = clock()
             for _ in range(calls):
                 torch.add(a, b)
-            means.append((time.perf_counter() - start) / calls)
+            means.append((clock() - start) / calls)
     return statistics.median(means)
 
 
+def task_has(task: str, model: str) -> bool:
+    """Whether `task` has a config for `model` (`bilstm-no-chars` is NER's only)."""
+    return MODELS[model][0] == "slstm" or model in TASKS[task][1]
+
+
 def config_path(task: str, model: str) -> Path:
-    slstm_config, bilstm_config, _, _ = TASKS[task]
+    slstm_config, baseline_configs, _, _ = TASKS[task]
     if MODELS[model][0] == "slstm":
         return REPOSITORY_ROOT / "hub_configs" / slstm_config
-    return REPOSITORY_ROOT / "hub_configs" / "baselines" / bilstm_config
+    return REPOSITORY_ROOT / "hub_configs" / "baselines" / baseline_configs[model]
 
 
 def config_overrides(model: str, hidden_size: int) -> str:
     """`--config_overrides` of the model: its step implementation and sizes (a BiLSTM's hidden size counts both
-    directions; the S-LSTM's character CNN, where the config has one, gets `hidden_size` filters over characters
-    embedded in `hidden_size` dimensions too, so that its convolution and dropout, work of the kernels on a GPU,
-    are as small on the CPU as the rest)."""
+    directions; the character CNN, where the config has one, gets `hidden_size` filters over characters embedded in
+    `hidden_size` dimensions too, so that its convolution and dropout, work of the kernels on a GPU, are as small on
+    the CPU as the rest, and the same in the S-LSTM and the BiLSTM)."""
     overrides = f"step_implementation={MODELS[model][1]},hidden_size={hidden_size},embedding_dim={hidden_size}"
-    if MODELS[model][0] == "slstm":
-        overrides += f",char_embedding_dim={hidden_size},char_hidden_size={hidden_size}"
-    return overrides
+    return overrides + f",char_embedding_dim={hidden_size},char_hidden_size={hidden_size}"
 
 
 def sentences(count: int, words: int, seed: int) -> list[list[str]]:
@@ -186,17 +215,17 @@ def bare_step_phases(network, inputs, steps: int, warmup: int) -> dict[str, list
     parameters = [parameter for parameter in network.parameters() if parameter.requires_grad]
     times = {phase: [] for phase in PHASES}
     for step in range(warmup + steps):
-        start = time.perf_counter()
+        start = clock()
         loss = network(**inputs).loss
-        forward_end = time.perf_counter()
+        forward_end = clock()
         loss.backward()
-        backward_end = time.perf_counter()
+        backward_end = clock()
         torch.nn.utils.clip_grad_norm_(parameters, PAPER_TRAINING_RECIPE["max_grad_norm"])
-        clipping_end = time.perf_counter()
+        clipping_end = clock()
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
-        end = time.perf_counter()
+        end = clock()
         if step >= warmup:
             for phase, seconds in zip(
                 PHASES,
@@ -218,22 +247,22 @@ class TrainerStepClock(TrainerCallback):
 
     def timed(self, function):
         def timed_function(*args, **kwargs):
-            start = time.perf_counter()
+            start = clock()
             try:
                 return function(*args, **kwargs)
             finally:
-                self.work += time.perf_counter() - start
+                self.work += clock() - start
 
         return timed_function
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.optimizer_step_start = time.perf_counter()
+        self.optimizer_step_start = clock()
 
     def on_optimizer_step(self, args, state, control, **kwargs):
-        self.work += time.perf_counter() - self.optimizer_step_start
+        self.work += clock() - self.optimizer_step_start
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.step_ends.append(time.perf_counter())
+        self.step_ends.append(clock())
         self.step_work.append(self.work)
         self.work = 0.0
 
@@ -355,23 +384,29 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> list[dict]:
+    global clock
     args = parse_arguments(HostTimeArguments, argv, description=__doc__)
+    clock = CLOCKS[args.clock]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     info = machine_info(torch.device("cpu"))
     rows = []
+    torch.set_flush_denormal(True)  # the no-op launches' outputs are uninitialised memory
     try:
         with triton_launches_as_no_ops(), cpu_matmul.matmul_backend("default"):  # as on a GPU
             for task in args.tasks:
                 shapes = args.classification_shapes if task == "classification" else args.shapes
                 for shape in shapes:
-                    for model in args.models:
+                    for model in filter(lambda model: task_has(task, model), args.models):
                         rows.append(measure(task, model, shape, args))
                         print(rows[-1], file=sys.stderr, flush=True)
     finally:
         torch.set_num_threads(threads)  # the training runs set one thread too
+        torch.set_flush_denormal(False)
+        clock = CLOCKS["wall"]
     print(
-        f"CPU: {info['cpu']} ({info['cpu_capability']}), torch {info['torch']}, 1 thread. In brackets: each figure in "
+        f"CPU: {info['cpu']} ({info['cpu_capability']}), torch {info['torch']}, 1 thread, {args.clock} clock. In "
+        "brackets: each figure in "
         "units of one small ATen operator (torch.add of 8 elements) timed in the same rounds; the Trainer's own cost "
         "also as a share of the bare step's phases in the same Trainer steps (medians over steps)."
     )

@@ -8,7 +8,8 @@ throughput in tokens/s (real workloads: the sentences' tokens, padding not count
 warm-up; peak memory; parameter count; matmul GFLOP/s against the best 2048³ GEMM of the machine (PyTorch's default
 backend and, for float32 on CPU, oneDNN), measured at the start and end of the run and also timed between the model
 runs. All models and variants of one workload are timed in turn, so that their ratios compare the same moments of a
-shared machine.
+shared machine. On real CoNLL-2003 NER batches every encoder but the plain reference reads random characters through
+the S-LSTM NER config's character CNN, the BiLSTM as the S-LSTM (`hub_configs/baselines/bilstm1-ner-crf-chars.json`).
 Every row also states its floor: the time its matmul FLOPs take at the device's peak FLOP/s or the bytes it must move
 at the peak bandwidth, whichever is longer (datasheet peaks for the GPUs of `machine_peaks.DEVICE_PEAKS`, else
 the run's ceiling GEMM and copy bandwidth), and the share of it reached.
@@ -94,7 +95,14 @@ from run_scripts.benchmarks.support.timing import (
     peak_memory_bytes,
     time_interleaved,
 )
-from run_scripts.benchmarks.support.workloads import CORPORA, RANDOM, Workload, random_workload, real_workloads
+from run_scripts.benchmarks.support.workloads import (
+    CORPORA,
+    NER_CORPUS,
+    RANDOM,
+    Workload,
+    random_workload,
+    real_workloads,
+)
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 MODES = ("forward", "train")
@@ -242,6 +250,13 @@ def plan(args: SpeedArguments, device: torch.device) -> dict[Workload, list]:
     return {w: cases for w, cases in sorted(shapes.items(), key=lambda item: item[0].sort_key()) if cases}
 
 
+def reads_characters(name: str, workload: Workload) -> bool:
+    """Whether model `name` reads characters on `workload`: on real CoNLL-2003 NER batches every encoder but the
+    plain reference has the S-LSTM NER config's character CNN, the BiLSTM as the S-LSTM, so that the NER rows compare
+    like for like (the reference has none)."""
+    return workload.data == NER_CORPUS and name != REFERENCE_SLSTM
+
+
 def first_call_runs(model: TimedModel, mode: str) -> bool:
     """Calls `model` once in `mode` (the first warm-up call); False, saying why, where it cannot run here."""
     reason = model.failure(mode)
@@ -266,7 +281,9 @@ def measure_shape(
 
     Returns one row per case and mode (the CSV columns of `speed_report.FIELDS` without the machine, the ceiling and
     the peaks)."""
-    models = [TimedModel(name, variant, workload, device) for name, variant in cases]
+    models = [
+        TimedModel(name, variant, workload, device, reads_characters(name, workload)) for name, variant in cases
+    ]
     dtypes = ceiling_gemm_dtypes(device, {m.variant.autocast_dtype for m in models} - {None})
     ceilings = ceiling_calls(device, dtypes, ceiling_size)
     rows = []

@@ -254,6 +254,28 @@ def test_speed_stage_dry_run_keeps_the_csv_columns_and_states_the_floor(tmp_path
     assert "variants / `bilstm1` in the same precision" in report and "Share of the floor reached" in report
 
 
+def test_real_ner_rows_give_the_bilstm_the_slstm_character_cnn():
+    """On real CoNLL-2003 NER batches the S-LSTM and the BiLSTM both read characters through the NER config's
+    character CNN (the same module and sizes); movie-review and random rows, and the plain reference, read none."""
+    ner = workloads.Workload("conll2003-ner", 2, 6, ((6, 4),), (6,))
+    assert [benchmark_speed.reads_characters(name, ner) for name in ("slstm", "bilstm1", "slstm-reference")] == [
+        True, True, False,
+    ]  # fmt: skip
+    assert not benchmark_speed.reads_characters("bilstm1", workloads.Workload("movie-review", 2, 6, ((6, 4),), (6,)))
+    character_cnns = []
+    for name in ("slstm", "bilstm1"):
+        timed = timed_models.TimedModel(name, timed_models.VARIANTS["fp32"], ner, CPU, char_features=True)
+        (char_ids,) = timed.char_ids
+        assert char_ids.shape == (2, 6, timed_models.WORD_CHARACTERS)
+        assert not char_ids[1, 4:].any() and (char_ids[:, :, 0] > 0).sum() == 10  # padding words: no characters
+        character_cnns.append(timed.model.embeddings.char_encoder)
+        assert timed.config.word_representation_dim == timed.config.embedding_dim + 30
+        timed.call_for("train")()
+    slstm_cnn, bilstm_cnn = character_cnns
+    assert type(slstm_cnn) is type(bilstm_cnn)
+    assert [p.shape for p in slstm_cnn.parameters()] == [p.shape for p in bilstm_cnn.parameters()]
+
+
 def test_crf_stage_dry_run_times_the_crf_on_the_steps_own_inputs(tmp_path):
     tiny = TINY + ["--variants", "fp32", "--lengths", "4", "--batch_sizes", "2", "--real_batches", "1"]
     rows = benchmark_crf_share.main(stage_arguments("crf", shared_data_root(), tmp_path) + tiny)
@@ -274,6 +296,22 @@ def test_crf_inputs_are_the_taggers_own_chain_without_the_sentence_boundaries():
     ((emissions, _, chain), kwargs), *rest = steps.crf_inputs()
     assert not rest and kwargs == {"reduction": "none", "implementation": "auto"} and emissions.shape[:2] == (2, 6)
     assert chain.tolist() == [[label != -100 for label in row] for row in expected]
+
+
+def test_epochs_compare_the_ner_bilstm_with_the_slstm_character_cnn(tmp_path):
+    """The NER epochs' BiLSTM-CRF reads characters as the S-LSTM does (`bilstm1-ner-crf-chars.json`); the one without
+    characters is an extra run of its own."""
+    arguments = benchmark_epochs.parse_arguments(benchmark_epochs.EpochArguments, ["--data_dir", str(tmp_path)])
+
+    def config_and_overrides(run):
+        command = benchmark_epochs.training_command(run, arguments, tmp_path)
+        overrides = command[command.index("--config_overrides") + 1] if "--config_overrides" in command else ""
+        return Path(command[command.index("--config_name") + 1]).name, overrides
+
+    assert config_and_overrides("ner-slstm") == ("slstm-ner-crf.json", "")
+    assert config_and_overrides("ner-bilstm1") == ("bilstm1-ner-crf-chars.json", "")
+    assert config_and_overrides("ner-bilstm1-no-chars") == ("bilstm1-ner-crf.json", "")
+    assert config_and_overrides("movie-review-bilstm1") == ("bilstm1-classification.json", "use_char_features=true")
 
 
 @pytest.mark.slow

@@ -11,8 +11,9 @@ from accelerate.commands.config.config_args import ClusterConfig
 from script_helpers import REPO
 from transformers import AutoConfig
 
-from baselines import BaselineEncoderConfig
+from baselines import BaselineEncoderConfig, BaselineModel
 from modeling_slstm import SLSTMConfig
+from modeling_slstm.modeling_slstm import SLSTMEmbeddings
 from run_scripts.training import logging_setup, model_setup
 from run_scripts.training.arguments import DataArguments, ModelArguments, parse_training_arguments
 from run_scripts.training.recipe import RECIPE_KEY, read_training_recipe
@@ -52,18 +53,47 @@ def test_paper_configs(name):
     "path", sorted((REPO / "hub_configs" / "baselines").glob("*.json")), ids=lambda path: path.name
 )
 def test_baseline_configs_match_their_names(path):
-    """`{encoder}{layers}-{task}.json`: the encoder and layer count its name says, a CRF exactly for NER, and the
-    paper's recipe (the baselines ship none of their own, so the comparisons share the S-LSTM's)."""
+    """`{encoder}{layers}-{task}[-chars].json`: the encoder and layer count its name says, a CRF exactly for NER,
+    character features exactly with `-chars`, and the paper's recipe (the baselines ship none of their own, so the
+    comparisons share the S-LSTM's)."""
     encoder_and_layers, task = path.stem.split("-", 1)
+    task, chars = task.removesuffix("-chars"), task.endswith("-chars")
     config = model_setup.load_fresh_config(ModelArguments(config_name=str(path)))
     assert isinstance(config, BaselineEncoderConfig)
     assert f"{config.encoder_type}{config.num_layers}" == encoder_and_layers
     assert config.use_crf == (task == "ner-crf")
+    assert config.use_char_features == chars
     assert read_training_recipe(str(path))[0] is None
     _, _, training_args, _ = parse_training_arguments(
         DataArguments, ["--train_file", "t.txt", "--output_dir", "unused", "--config_name", str(path)]
     )
     assert {name: getattr(training_args, name) for name in PAPER_RECIPE} == PAPER_RECIPE
+
+
+def test_fair_ner_baseline_has_the_slstm_character_cnn():
+    """The NER BiLSTM-CRF of the speed comparisons (`bilstm1-ner-crf-chars.json`) reads the words as the S-LSTM's NER
+    config does: the same word representation (embedding and character CNN sizes, dropouts) and the same character
+    CNN module, parameter for parameter; it differs from `bilstm1-ner-crf.json` only by the characters."""
+    baselines = REPO / "hub_configs" / "baselines"
+    slstm = model_setup.load_fresh_config(ModelArguments(config_name=str(REPO / "hub_configs" / "slstm-ner-crf.json")))
+    fair = model_setup.load_fresh_config(ModelArguments(config_name=str(baselines / "bilstm1-ner-crf-chars.json")))
+    plain = json.loads((baselines / "bilstm1-ner-crf.json").read_text())
+    words = ["embedding_dim", "embedding_dropout", "use_char_features", "char_embedding_dim", "char_hidden_size",
+             "char_kernel_size", "char_dropout", "word_representation_dim"]  # fmt: skip
+    assert {name: getattr(fair, name) for name in words} == {name: getattr(slstm, name) for name in words}
+    assert fair.use_char_features and fair.word_representation_dim == 330
+    fair_json = json.loads((baselines / "bilstm1-ner-crf-chars.json").read_text())
+    assert {key: value for key, value in fair_json.items() if not key.startswith(("char_", "use_char", "_"))} == {
+        key: value for key, value in plain.items() if key != "_comment"
+    }
+    for config in (slstm, fair):
+        config.char_vocab_size = 50
+    slstm_chars = SLSTMEmbeddings(slstm).char_encoder
+    fair_chars = BaselineModel(fair).embeddings.char_encoder
+    assert type(slstm_chars) is type(fair_chars)
+    assert {name: p.shape for name, p in slstm_chars.named_parameters()} == {
+        name: p.shape for name, p in fair_chars.named_parameters()
+    }
 
 
 def test_recipe_key_does_not_break_config_loading(tmp_path):

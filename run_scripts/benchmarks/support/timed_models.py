@@ -1,6 +1,7 @@
 """The encoders a speed benchmark times, the variants they run in (precision, `torch.compile`, checkpointing, the
 S-LSTM step, CUDA graphs), and `TimedModel`: one of them on a workload's batches, ready to call."""
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -8,13 +9,16 @@ import torch
 from torch import nn
 
 from baselines import BaselineEncoderConfig, BaselineModel
-from modeling_slstm.configuration_slstm import SLSTMConfig
+from modeling_slstm.configuration_slstm import CHAR_PAD_ID, SLSTMConfig
 from modeling_slstm.kernel_dispatch import KERNELS_INTERPRETED
 from modeling_slstm.modeling_slstm import SLSTMModel
+from run_scripts import REPOSITORY_ROOT
 from run_scripts.benchmarks.support.reference_slstm import ReferenceSLSTM
 from run_scripts.benchmarks.support.workloads import Workload
 
 VOCAB_SIZE = 10000
+CHAR_VOCAB_SIZE = 100
+WORD_CHARACTERS = 20  # characters per word of a batch's char_ids (the tokenizer's longest word by default)
 PAPER_SLSTM = "slstm"
 REFERENCE_SLSTM = "slstm-reference"
 
@@ -47,9 +51,24 @@ MODELS = {
 }
 
 
-def build_model(name: str) -> nn.Module:
-    """The encoder `name` of `MODELS`, with weights drawn from seed 0."""
+def ner_character_settings() -> dict:
+    """The character CNN of the S-LSTM's NER config (`hub_configs/slstm-ner-crf.json`: character embedding size,
+    filters, width, dropout), over `CHAR_VOCAB_SIZE` characters: what every encoder of the real CoNLL-2003 NER rows
+    reads, the BiLSTM as the S-LSTM (`hub_configs/baselines/bilstm1-ner-crf-chars.json` has the same)."""
+    settings = json.loads((REPOSITORY_ROOT / "hub_configs" / "slstm-ner-crf.json").read_text())
+    characters = {key: value for key, value in settings.items() if key.startswith(("char_", "use_char_features"))}
+    return characters | {"char_vocab_size": CHAR_VOCAB_SIZE}
+
+
+def build_model(name: str, char_features: bool = False) -> nn.Module:
+    """The encoder `name` of `MODELS`, with weights drawn from seed 0; with `char_features`, the NER config's
+    character CNN (`ner_character_settings`) appended to its word embeddings (not for the plain reference, which has
+    none: a `ValueError`)."""
     config = MODELS[name]()
+    if char_features:
+        if name == REFERENCE_SLSTM:
+            raise ValueError(f"{REFERENCE_SLSTM} has no character CNN: time it without char_features")
+        config.update(ner_character_settings())
     torch.manual_seed(0)
     if name == REFERENCE_SLSTM:
         return ReferenceSLSTM(
@@ -160,8 +179,10 @@ class EncoderOutputs(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask)
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, char_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, char_ids=char_ids)
         return outputs[0], outputs[1]  # (batch, seq, hidden), (batch, hidden)
 
 
@@ -175,50 +196,66 @@ class GraphedModel:
         self.model = model
         self.graphs = {}
 
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (tuple(input_ids.shape), self.model.training, torch.is_grad_enabled())
+    def __call__(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, char_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = (input_ids, attention_mask) if char_ids is None else (input_ids, attention_mask, char_ids)
+        key = (tuple(tuple(tensor.shape) for tensor in inputs), self.model.training, torch.is_grad_enabled())
         if key not in self.graphs:
             capture = self.capture_training if torch.is_grad_enabled() else self.capture_forward
-            self.graphs[key] = capture(input_ids, attention_mask)
-        return self.graphs[key](input_ids, attention_mask)
+            self.graphs[key] = capture(inputs)
+        return self.graphs[key](*inputs)
 
-    def capture_training(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Callable:
+    def capture_training(self, inputs: tuple[torch.Tensor, ...]) -> Callable:
         # A new wrapper per shape: make_graphed_callables replaces the forward of the module it is given. Unused
         # inputs allowed: some encoders hold parameters that a configuration leaves out of the forward pass.
         module = EncoderOutputs(self.model)
-        return torch.cuda.make_graphed_callables(module, (input_ids, attention_mask), allow_unused_input=True)
+        return torch.cuda.make_graphed_callables(module, inputs, allow_unused_input=True)
 
-    def capture_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Callable:
-        static_ids, static_mask = input_ids.clone(), attention_mask.clone()
+    def capture_forward(self, inputs: tuple[torch.Tensor, ...]) -> Callable:
+        static_inputs = tuple(tensor.clone() for tensor in inputs)
         outputs = EncoderOutputs(self.model)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up outside the graph (cuBLAS workspaces, Triton's compilation)
             for _ in range(2):
-                outputs(static_ids, static_mask)
+                outputs(*static_inputs)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            static_outputs = outputs(static_ids, static_mask)
+            static_outputs = outputs(*static_inputs)
 
-        def replay(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            static_ids.copy_(ids)
-            static_mask.copy_(mask)
+        def replay(*tensors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            for static, tensor in zip(static_inputs, tensors, strict=True):
+                static.copy_(tensor)
             graph.replay()
             return static_outputs
 
         return replay
 
 
+def random_char_ids(attention_mask: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Random `char_ids` `(batch, seq, WORD_CHARACTERS)` for the real positions of `attention_mask`: words of 1 to 12
+    characters, padded with `CHAR_PAD_ID`; padding positions all padding."""
+    batch, seq = attention_mask.shape
+    ids = torch.randint(1, CHAR_VOCAB_SIZE, (batch, seq, WORD_CHARACTERS), generator=generator)
+    word_lengths = torch.randint(1, 13, (batch, seq, 1), generator=generator) * attention_mask.unsqueeze(-1)
+    return ids.masked_fill(torch.arange(WORD_CHARACTERS) >= word_lengths, CHAR_PAD_ID)
+
+
 class TimedModel:
     """One model in one variant on a workload's batches (random token ids; each sentence's real tokens unmasked,
     right padding), ready to call forward only (`torch.no_grad`, eval mode) or forward+backward (training mode, the
-    gradient of the sum of the outputs) over all of them."""
+    gradient of the sum of the outputs) over all of them. With `char_features`, the model has the NER config's
+    character CNN (`ner_character_settings`) and each batch random `char_ids` (`random_char_ids`)."""
 
-    def __init__(self, name: str, variant: Variant, workload: Workload, device: torch.device):
+    def __init__(
+        self, name: str, variant: Variant, workload: Workload, device: torch.device, char_features: bool = False
+    ):
         self.name, self.variant, self.device = name, variant, device
         self.config = MODELS[name]()
-        self.model = build_model(name).to(device)
+        self.config.update(ner_character_settings() if char_features else {})
+        self.model = build_model(name, char_features).to(device)
         self.step_implementation = ""
         if isinstance(self.model, SLSTMModel):
             self.step_implementation = set_step_implementation(self.model, variant.step_implementation)
@@ -233,11 +270,13 @@ class TimedModel:
         else:
             self.runner = self.model
         generator = torch.Generator().manual_seed(workload.batch * 1000 + workload.length)
-        self.batches = []
+        self.batches, self.char_ids = [], []
         for lengths, width in zip(workload.batches, workload.widths):
             input_ids = torch.randint(4, VOCAB_SIZE, (len(lengths), width), generator=generator)
             attention_mask = (torch.arange(width) < torch.tensor(lengths)[:, None]).long()  # (batch, width)
             self.batches.append((input_ids.to(device), attention_mask.to(device)))
+            chars = random_char_ids(attention_mask, generator) if char_features else None
+            self.char_ids.append(None if chars is None else chars.to(device))
 
     def autocast(self):
         dtype = self.variant.autocast_dtype
@@ -248,20 +287,21 @@ class TimedModel:
             cache_enabled=not self.variant.cuda_graphs,
         )
 
-    def outputs(self, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
+    def outputs(self, input_ids, attention_mask, char_ids=None) -> tuple[torch.Tensor, torch.Tensor]:
         """(word states, sentence representation): the first two outputs of every encoder here."""
-        outputs = self.runner(input_ids=input_ids, attention_mask=attention_mask)
+        words = {"input_ids": input_ids, "attention_mask": attention_mask}
+        outputs = self.runner(**words) if char_ids is None else self.runner(**words, char_ids=char_ids)
         return outputs[0], outputs[1]
 
     def forward(self):
         with torch.no_grad(), self.autocast():
-            for input_ids, attention_mask in self.batches:
-                self.outputs(input_ids, attention_mask)
+            for (input_ids, attention_mask), char_ids in zip(self.batches, self.char_ids):
+                self.outputs(input_ids, attention_mask, char_ids)
 
     def forward_backward(self):
-        for input_ids, attention_mask in self.batches:
+        for (input_ids, attention_mask), char_ids in zip(self.batches, self.char_ids):
             with self.autocast():
-                states, pooled = self.outputs(input_ids, attention_mask)
+                states, pooled = self.outputs(input_ids, attention_mask, char_ids)
                 loss = states.float().sum() + pooled.float().sum()
             loss.backward()
             self.model.zero_grad(set_to_none=True)

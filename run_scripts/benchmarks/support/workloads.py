@@ -20,7 +20,8 @@ def length_grouped_batches(lengths: list[int], batch_size: int, seed: int) -> li
 
 
 RANDOM = "random"
-CORPORA = {"conll2003-ner": "conll2003/ner/train.txt", "movie-review": "movie_review"}
+NER_CORPUS = "conll2003-ner"
+CORPORA = {NER_CORPUS: "conll2003/ner/train.txt", "movie-review": "movie_review"}
 
 
 @dataclass(frozen=True)
