@@ -33,6 +33,7 @@ what the step costs the host, without the time slices that other processes take.
 Prints a Markdown table (docs/benchmarks.md, "Host time per training step").
 """
 
+import logging
 import os
 import statistics
 import sys
@@ -334,14 +335,17 @@ def trainer_step_seconds(
 
 @contextmanager
 def library_log_levels_kept():
-    """The log levels of `transformers` and `datasets` as they were before, after a training script run in this
-    process has set them for its own (`--log_level error`): the caller's warnings are not silenced."""
-    levels = transformers.utils.logging.get_verbosity(), datasets.utils.logging.get_verbosity()
+    """The log levels of `transformers`, `datasets` and the training scripts' modules (`run_scripts`) as they were
+    before, after a training script run in this process has set them for its own (`--log_level error`): the caller's
+    warnings are not silenced."""
+    scripts = logging.getLogger("run_scripts")
+    levels = transformers.utils.logging.get_verbosity(), datasets.utils.logging.get_verbosity(), scripts.level
     try:
         yield
     finally:
         transformers.utils.logging.set_verbosity(levels[0])
         datasets.utils.logging.set_verbosity(levels[1])
+        scripts.setLevel(levels[2])
 
 
 def measure(task: str, model: str, shape: str, args: HostTimeArguments) -> dict:

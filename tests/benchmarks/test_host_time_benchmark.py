@@ -1,6 +1,7 @@
 """benchmark_host_time.py on the smallest shapes: a row per model with every phase, the Trainer steps of the real
 training script timed, and Triton launches that do nothing while the benchmark runs (and work again after)."""
 
+import logging
 import time
 
 import pytest
@@ -16,7 +17,10 @@ from run_scripts.benchmarks import benchmark_host_time
 def test_host_time_benchmark_tiny(capsys, clock):
     argv = ["--tasks", "classification", "--classification_shapes", "2x5", "--models", "slstm-fused", "bilstm",
             "--steps", "2", "--warmup", "1", "--rounds", "1", "--clock", clock]  # fmt: skip
+    scripts_level = logging.getLogger("run_scripts").level
     rows = benchmark_host_time.main(argv)
+    # The training script it ran in this process (--log_level error) leaves the caller's log levels as they were.
+    assert logging.getLogger("run_scripts").level == scripts_level
     assert [(row["model"], row["shape"]) for row in rows] == [("slstm-fused", "2x5"), ("bilstm", "2x5")]
     for row in rows:
         assert row["bare step"] == pytest.approx(sum(row[phase] for phase in benchmark_host_time.PHASES))
