@@ -60,7 +60,7 @@ def test_readme_sets_up_with_two_commands_the_demo_and_the_tests():
         ["bash .ci/run", "python -m pytest -q -m 'not slow'"],
     ]
     assert (REPO / "run_scripts" / "demo.sh").is_file()
-    assert (REPO / ".ci" / "run").read_text().rstrip().splitlines()[-1] == "python -m pytest -q"
+    assert (REPO / ".ci" / "run").read_text().rstrip().splitlines()[-1] == "python -m pytest -q -n 2"
     assert re.search(r'^markers = \[.*"slow: ', (REPO / "pyproject.toml").read_text(), flags=re.MULTILINE)
     assert any("@pytest.mark.slow" in path.read_text() for path in (REPO / "tests").rglob("test_*.py"))
     headings = re.findall(r"^## (.+)$", README.read_text(), flags=re.MULTILINE)
