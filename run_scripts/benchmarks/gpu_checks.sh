@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every check of the package on a CUDA GPU in one timed run, most important first, each stage with its own time limit
 # inside a budget for the whole run (a lent GPU is timed):
-#   tests     the fused-step tests (tests/model/test_fused_step.py: the fused Triton step against the readable one),
-#             the model's CUDA tests (tests/model/test_cuda.py) and the CUDA-graph replay of the speed benchmark
+#   tests     the model's CUDA tests (tests/model/test_cuda.py), the CRF kernels against the loops
+#             (tests/model/test_crf_kernels.py), the fused-step tests (tests/model/test_fused_step.py: the fused Triton
+#             step against the readable one) and the CUDA-graph replay of the speed benchmark
 #   wholestep benchmark_graph_step.py: whole-step CUDA graphs (--cuda_graphs) against eager training over 50 steps,
 #             the host time per step measured here (eager, replayed, BiLSTM), the host cost of one Triton launch
 #             (JIT launcher, compiled kernel's launcher), then one NER and one movie-review epoch with --cuda_graphs
@@ -104,8 +105,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
     'transformers', transformers.__version__, 'triton', triton.__version__, 'GPU', torch.cuda.get_device_name())" ||
     failed=1
 # The model's CUDA tests first; the check that compiles the kernels without a GPU is for CPU machines (minutes here).
-stage tests 100 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/model/test_cuda.py tests/model/test_fused_step.py \
-    tests/benchmarks/test_gpu_harness.py::test_cuda_graph_replay_matches_eager -k "not compile_for_a_gpu"
+# The CRF kernels' tests take about 30 s on an H200; the fused step's compile a kernel per configuration they test.
+stage tests 120 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/model/test_cuda.py tests/model/test_crf_kernels.py \
+    tests/model/test_fused_step.py tests/benchmarks/test_gpu_harness.py::test_cuda_graph_replay_matches_eager \
+    -k "not compile_for_a_gpu"
 stage wholestep 150 "$PYTHON" run_scripts/benchmarks/benchmark_graph_step.py --data_dir "$DATA" \
     --output_dir "$OUTPUT_DIR" --run_timeout 45
 stage speed 130 "$PYTHON" "${SPEED[@]}" --models slstm bilstm1 bilstm2 --lengths 16 32 64 128 512 \
