@@ -18,7 +18,8 @@
 #   compile   benchmark_speed.py: torch.compile and torch.compile(mode="reduce-overhead") over the fused step, bf16
 #             training at 32x32 and 32x512 -> speed_cuda_compile.{csv,md,json}
 #   graphs    benchmark_epochs.py: a movie-review epoch with --torch_compile --torch_compile_mode reduce-overhead
-#             (does it pay for a whole epoch?) -> epochs_graphs.{csv,md}
+#             (does it pay for a whole epoch?) -> epochs_graphs.{csv,md} (not in the default STAGES: wholestep times
+#             the epochs of whole-step graphs, which replace compile's)
 #   epochs    benchmark_epochs.py: one training epoch of movie review and CoNLL-2003 NER, S-LSTM vs BiLSTM, through
 #             the training scripts, next to the paper's seconds -> epochs.{csv,md}, <run>.log (not in the default
 #             STAGES: wholestep runs the same epochs, and those with --cuda_graphs)
@@ -32,7 +33,7 @@
 # manylinux x86-64); on the GPU machine the run installs them offline into /tmp/site first and reads the data from
 # .gpu/data. Carry `.gpu` to the machine with the repository.
 #
-# Environment: STAGES (default "tests wholestep speed tiles crf compile graphs"), BUDGET (seconds for the
+# Environment: STAGES (default "tests wholestep speed tiles crf compile"), BUDGET (seconds for the
 # whole run, default 570), ARCHIVE (a .tar.gz that receives OUTPUT_DIR after every stage, for machines that return few
 # files), T_<STAGE> (a stage's limit in seconds, e.g. T_SPEED=140), PYTEST_WORKERS (the scripts stage, pytest-xdist).
 # A failing stage does not stop the later ones; the exit status says whether any failed.
@@ -64,7 +65,7 @@ fi
 
 OUTPUT_DIR=${1:-${OUT:-/tmp}/gpu_checks}
 mkdir -p "$OUTPUT_DIR"
-STAGES=${STAGES:-tests wholestep speed tiles crf compile graphs}
+STAGES=${STAGES:-tests wholestep speed tiles crf compile}
 BUDGET=${BUDGET:-570}
 started=$SECONDS
 failed=0

@@ -109,7 +109,7 @@ def test_gpu_checks_stages_name_existing_scripts_and_the_script_parses(tmp_path)
     assert subprocess.run(["bash", "-n", str(GPU_CHECKS)], check=False).returncode == 0
     default = re.search(r"STAGES=\$\{STAGES:-([^}]*)\}", text).group(1).split()
     stages = re.findall(r"^stage (\w+) (\d+) ", text, re.MULTILINE)
-    assert [name for name, _ in stages] == [*default, "epochs", "scripts"]  # the optional stages last
+    assert [name for name, _ in stages] == [*default, "graphs", "epochs", "scripts"]  # the optional stages last
     assert sum(int(limit) for name, limit in stages if name in default) <= int(re.search(r"BUDGET:-(\d+)", text)[1])
     for path in re.findall(r"(run_scripts/\S+\.py|tests/\S+\.py)", text):
         assert (REPO / path).is_file(), path
