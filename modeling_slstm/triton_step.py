@@ -363,6 +363,11 @@ def kept_products(num_steps: int, states: torch.Tensor, words_weight: torch.Tens
     return words_weight.new_empty(shape)
 
 
+def per_step(products: torch.Tensor | None, num_steps: int) -> tuple:
+    """Each step's kept product `(batch * seq, R)` of `products` `(T, batch * seq, R)`, or `None` for each step."""
+    return (None,) * num_steps if products is None else products.unbind(0)
+
+
 class FusedRecurrence(torch.autograd.Function):
     """All `num_steps` steps of Eqs. 2-3 with the Triton kernels, forward and backward, as
     `SLSTMStateTransition.forward` computes them step by step.
@@ -373,9 +378,10 @@ class FusedRecurrence(torch.autograd.Function):
     on the sentence states, `sentences_weight`). Each step's inputs are saved (`StepInputs`, what gradient
     checkpointing of every step would keep), and on short batches every step's `P` too (`KEPT_PRODUCTS_BYTES`). The
     backward launches the backward kernel, which writes `dP` over `P`, then two matmuls for the gradients of `h^{t-1}`
-    and `γ^{t-1}`. With the products kept, the gradient of `W_h` is one matmul over all steps at the end; without,
-    the backward recomputes each step's `P` (one such tensor at a time, the backward's largest) and sums the
-    gradient of `W_h` step by step in place. That of `W_G` is one matmul over all steps at the end (its inputs are
+    and `γ^{t-1}`. With the products kept, the gradient of `W_h` is one matmul over all steps at the end (a later
+    backward through the same graph, `retain_graph=True`, finds `dP` there and recomputes `P`); without, the backward
+    recomputes each step's `P` (one such tensor at a time, the backward's largest) and sums the gradient of `W_h`
+    step by step in place. That of `W_G` is one matmul over all steps at the end (its inputs are
     one vector per sentence). The weights come stacked (autograd splits their gradients back to the layers).
 
     Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
@@ -397,9 +403,8 @@ class FusedRecurrence(torch.autograd.Function):
             words_weight_t = words_weight.t()  # (H, R)
             sentences_weight_t = None if sentences_weight is None else sentences_weight.t()  # (K·H, W)
             products = kept_products(options.num_steps, h, words_weight)  # (T, batch * seq, R) or None
-            step_products = (None,) * options.num_steps if products is None else products.unbind(0)
             saved, outputs = [], []
-            for step_product in step_products:
+            for step_product in per_step(products, options.num_steps):
                 h_in, h_keep = dropped(h, rate, dtype)  # h̃^{t-1}
                 product = torch.mm(h_in.flatten(0, 1), words_weight_t, out=step_product).view(*h.shape[:2], -1)
                 g_in = g_keep = sentence_terms = None
@@ -413,12 +418,17 @@ class FusedRecurrence(torch.autograd.Function):
                 outputs.append(h)
         ctx.save_for_backward(input_terms, mask, lengths, words_weight, sentences_weight, products, *saved)
         ctx.options = options
+        ctx.products_hold_d_products = False  # set by the backward, which writes dP over them
         return (*outputs, g)
 
     @staticmethod
     def backward(ctx, *d_outputs):
         options, rate = ctx.options, ctx.options.dropout_rate
         input_terms, mask, lengths, words_weight, sentences_weight, products, *saved = ctx.saved_tensors
+        if ctx.products_hold_d_products:  # a later backward through the graph (`retain_graph=True`): recompute P
+            products = None
+        elif products is not None:
+            ctx.products_hold_d_products = True  # this backward writes dP over them
         width = len(StepInputs._fields)
         steps = [StepInputs(*saved[start : start + width]) for start in range(0, len(saved), width)]
         # d h^1 … d h^T, d g^T: each None where the loss has none, and of any layout (expanded, sliced, ...).
@@ -433,7 +443,7 @@ class FusedRecurrence(torch.autograd.Function):
         d_words_weight = None
         d_input_terms = torch.empty_like(input_terms, dtype=torch.float32)  # summed over the steps by the kernel
         d_sentence_terms_per_step = []
-        step_products = (None,) * options.num_steps if products is None else products.unbind(0)
+        step_products = per_step(products, options.num_steps)
         with torch.autocast(input_terms.device.type, enabled=False):
             for step in reversed(range(options.num_steps)):
                 inputs = steps[step]

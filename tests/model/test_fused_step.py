@@ -176,6 +176,32 @@ def test_products_kept_or_recomputed_give_the_readable_gradients(case, device, m
 
 
 @needs_triton
+def test_later_backwards_through_kept_products_give_the_readable_gradients_again(device):
+    """The backward writes dP over the products kept from the forward: every later backward through the same graph
+    (`retain_graph=True`) must recompute them, and gives the readable step's gradients again."""
+    model = build(SLSTMModel, tiny_config(num_steps=3, **CASES["w1 K1 learned sigmoid_softmax"])).to(device).eval()
+    embeds, mask = padded_batch(model.config, device, torch.float32, side="left")
+
+    def gradients_of_backwards(implementation):
+        model.config.step_implementation = implementation
+        outputs = model(inputs_embeds=embeds, attention_mask=mask)
+        weights = torch.randn(outputs.last_hidden_state.shape, generator=torch.Generator().manual_seed(1))
+        loss = (outputs.last_hidden_state * weights.to(device)).sum() + outputs.pooler_output.sum()
+        gradients = []
+        for retain_graph in (True, True, False):
+            model.zero_grad()
+            loss.backward(retain_graph=retain_graph)
+            gradients.append({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
+        return gradients
+
+    readable, *_ = gradients_of_backwards("eager")
+    for gradients in gradients_of_backwards("triton"):
+        assert gradients.keys() == readable.keys()
+        for name, gradient in gradients.items():
+            torch.testing.assert_close(gradient, readable[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+@needs_triton
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_fused_step_is_exact_under_padding(side, device):
     """Each sentence alone gives the same outputs as inside the padded batch, through the fused step."""
