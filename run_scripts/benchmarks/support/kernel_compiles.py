@@ -161,7 +161,8 @@ def compile_for_sm_90(kernel, signature: dict, constexprs: dict, attrs: dict | N
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget(*SM_90), options=options)
+    source = ASTSource(kernel, signature, constexprs, attrs)
+    compiled = triton.compile(source, target=GPUTarget(*SM_90), options=options)
     if "cubin" not in compiled.asm:
         raise RuntimeError(f"{kernel.fn.__name__} compiled without an sm_90 binary: {sorted(compiled.asm)}")
     return compiled

@@ -36,7 +36,9 @@ def ptxas_resources(report: str) -> dict[str, int]:
             f"and 'Used N registers'), got {report!r}"
         )
     stack, stores, loads = (int(value) for value in frame.groups())
-    return {"registers": int(registers[1]), "stack_bytes": stack, "spill_store_bytes": stores, "spill_load_bytes": loads}
+    return {
+        "registers": int(registers[1]), "stack_bytes": stack, "spill_store_bytes": stores, "spill_load_bytes": loads,
+    }  # fmt: skip
 
 
 def programs_per_sm_by_registers(registers: int, num_warps: int) -> int:
