@@ -36,7 +36,6 @@ from modeling_slstm import triton_crf, triton_kernels, triton_step
 from run_scripts import REPOSITORY_ROOT
 
 
-
 def kernel_names(module) -> tuple[str, ...]:
     """The names of the kernels `module` defines: its `STEP_KERNELS` (a tuple of kernels) where it has one, else
     each of its `triton.jit` functions whose name ends in `_kernel` (the helpers they call are `_`-prefixed)."""

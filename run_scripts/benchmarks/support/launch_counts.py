@@ -96,8 +96,9 @@ def step_programs(config, batch: int, seq: int) -> list[dict]:
         if not attribute.endswith("_grid"):
             continue
         launch = attribute.removesuffix("_grid")
-        passes = SERIAL_PASSES[launch](seq, kernels.options) if launch in SERIAL_PASSES else (None, None)
-        word_passes, sentence_passes = passes[0], passes[1] if config.num_sentence_nodes else None
+        word_passes, sentence_passes = SERIAL_PASSES.get(launch, lambda *_: (None, None))(seq, kernels.options)
+        if not config.num_sentence_nodes:
+            sentence_passes = None
         rows.append({"launch": launch, "grid": tuple(grid), "programs": math.prod(grid), "word_passes": word_passes,
                      "sentence_passes": sentence_passes})  # fmt: skip
     return rows
