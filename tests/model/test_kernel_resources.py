@@ -33,11 +33,11 @@ def compile_obstacle() -> str | None:
         return TRITON_IMPORT_ERROR
     if not KERNELS_INTERPRETED:
         return "the launches are recorded on CPU tensors in Triton's interpreter: run with TRITON_INTERPRET=1"
-    from triton import knobs
-
     try:
-        knobs.nvidia.ptxas.path
-    except RuntimeError as error:  # Triton's NVIDIA backend without its ptxas
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        get_ptxas(90).path  # the ptxas Triton runs for sm_90
+    except (ImportError, RuntimeError) as error:  # a Triton without its NVIDIA backend, or without ptxas
         return f"no ptxas to compile for sm_90 ({error})"
     return None
 
