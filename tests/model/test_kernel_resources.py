@@ -5,7 +5,7 @@ registers per thread, so that 3 programs of 4 warps share an SM instead of 2, an
 per thread to local memory, which every loop pass would otherwise read and write.
 
 The compiles run in a fresh process with an empty Triton cache in a temporary folder (`kernel_compiles.gpu_compiles`),
-once for the module (about 25 s of CPU on a 2-core EPYC)."""
+once for the module (this file: about 35 s of CPU on an AMD EPYC, most of it the three compiles)."""
 
 import pytest
 
