@@ -25,7 +25,6 @@ import torch
 if not torch.cuda.is_available():  # before modeling_slstm is imported: Triton reads it when it decorates the kernels
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from modeling_slstm import triton_kernels
 from run_scripts.benchmarks.benchmark_launch_counts import TASKS, paper_model, random_batch
 from run_scripts.benchmarks.support import kernel_compiles
 from run_scripts.benchmarks.support.speed_report import markdown_table
@@ -61,10 +60,8 @@ class CompileCountArguments:
 def epoch_launches(model, widths: list[int], batch_size: int) -> list[kernel_compiles.Launch]:
     """The kernel launches of a training step and an evaluation forward at each of `widths`, with the GPU's tiles,
     under bf16 autocast, recorded (none runs)."""
-    previous = (triton_kernels.GPU_TILES, triton_kernels.TILE_IN_THE_INTERPRETER)
-    triton_kernels.use_tiles(triton_kernels.GPU_TILES, in_the_interpreter=True)
-    try:
-        with kernel_compiles.recorded_launches() as launches, torch.autocast("cpu", dtype=torch.bfloat16):
+    with kernel_compiles.gpu_tiles(), kernel_compiles.recorded_launches() as launches:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
             for width in widths:
                 inputs = random_batch(model, batch_size, width)
                 model.train()
@@ -72,8 +69,6 @@ def epoch_launches(model, widths: list[int], batch_size: int) -> list[kernel_com
                 model.eval()
                 with torch.no_grad():
                     model(**inputs)
-    finally:
-        triton_kernels.use_tiles(*previous)
     return launches
 
 

@@ -4,6 +4,9 @@
 #   tests     the model's CUDA tests (tests/model/test_cuda.py), the CRF kernels against the loops
 #             (tests/model/test_crf_kernels.py), the fused-step tests (tests/model/test_fused_step.py: the fused Triton
 #             step against the readable one) and the CUDA-graph replay of the speed benchmark
+#   profile   benchmark_kernel_profile.py: where one eager bf16 training step's GPU time goes, the top 15 operators
+#             and kernels by self CUDA time (torch.profiler), at 32x512 and on a real CoNLL-2003 NER batch of 10 ->
+#             kernel_profile.md; over by the run's third minute (tests 120 s at most, then 60 s)
 #   wholestep benchmark_graph_step.py: whole-step CUDA graphs (--cuda_graphs) against eager training over 50 steps,
 #             the host time per step measured here (eager, replayed, BiLSTM), the host cost of one Triton launch
 #             (JIT launcher, compiled kernel's launcher), then one NER and one movie-review epoch with --cuda_graphs
@@ -16,7 +19,8 @@
 #             -> kernel_tiles.csv
 #   crf       benchmark_crf_share.py: the CRF's share of a NER training step -> crf_share.{csv,md}
 #   compile   benchmark_speed.py: torch.compile and torch.compile(mode="reduce-overhead") over the fused step, bf16
-#             training at 32x32 and 32x512 -> speed_cuda_compile.{csv,md,json}
+#             training at 32x32 and 32x512 -> speed_cuda_compile.{csv,md,json} (not in the default STAGES: the
+#             profile stage took its time within the budget; docs/benchmarks/speed_cuda_compile.md has its rows)
 #   graphs    benchmark_epochs.py: a movie-review epoch with --torch_compile --torch_compile_mode reduce-overhead
 #             (does it pay for a whole epoch?) -> epochs_graphs.{csv,md} (not in the default STAGES: wholestep times
 #             the epochs of whole-step graphs, which replace compile's)
@@ -33,7 +37,7 @@
 # manylinux x86-64); on the GPU machine the run installs them offline into /tmp/site first and reads the data from
 # .gpu/data. Carry `.gpu` to the machine with the repository.
 #
-# Environment: STAGES (default "tests wholestep speed tiles crf compile"), BUDGET (seconds for the
+# Environment: STAGES (default "tests profile wholestep speed tiles crf"), BUDGET (seconds for the
 # whole run, default 570), ARCHIVE (a .tar.gz that receives OUTPUT_DIR after every stage, for machines that return few
 # files), T_<STAGE> (a stage's limit in seconds, e.g. T_SPEED=140), PYTEST_WORKERS (the scripts stage, pytest-xdist).
 # A failing stage does not stop the later ones; the exit status says whether any failed.
@@ -65,7 +69,7 @@ fi
 
 OUTPUT_DIR=${1:-${OUT:-/tmp}/gpu_checks}
 mkdir -p "$OUTPUT_DIR"
-STAGES=${STAGES:-tests wholestep speed tiles crf compile}
+STAGES=${STAGES:-tests profile wholestep speed tiles crf}
 BUDGET=${BUDGET:-570}
 started=$SECONDS
 failed=0
@@ -110,6 +114,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=c
 stage tests 120 "$PYTHON" -m pytest -q -rs -p no:cacheprovider tests/model/test_cuda.py tests/model/test_crf_kernels.py \
     tests/model/test_fused_step.py tests/benchmarks/test_gpu_harness.py::test_cuda_graph_replay_matches_eager \
     -k "not compile_for_a_gpu"
+stage profile 60 "$PYTHON" run_scripts/benchmarks/benchmark_kernel_profile.py --data_dir "$DATA" \
+    --output_dir "$OUTPUT_DIR"
 stage wholestep 150 "$PYTHON" run_scripts/benchmarks/benchmark_graph_step.py --data_dir "$DATA" \
     --output_dir "$OUTPUT_DIR" --run_timeout 45
 stage speed 130 "$PYTHON" "${SPEED[@]}" --models slstm bilstm1 bilstm2 --lengths 16 32 64 128 512 \

@@ -20,7 +20,13 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from baselines import BaselineEncoderConfig
 from modeling_slstm.configuration_slstm import SLSTMConfig
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
-from run_scripts.benchmarks import benchmark_crf_share, benchmark_epochs, benchmark_graph_step, benchmark_speed
+from run_scripts.benchmarks import (
+    benchmark_crf_share,
+    benchmark_epochs,
+    benchmark_graph_step,
+    benchmark_kernel_profile,
+    benchmark_speed,
+)
 from run_scripts.benchmarks.support import flop_and_byte_counts, machine_peaks, speed_report, timed_models, workloads
 from run_scripts.training import gpu_batching
 
@@ -109,8 +115,11 @@ def test_gpu_checks_stages_name_existing_scripts_and_the_script_parses(tmp_path)
     assert subprocess.run(["bash", "-n", str(GPU_CHECKS)], check=False).returncode == 0
     default = re.search(r"STAGES=\$\{STAGES:-([^}]*)\}", text).group(1).split()
     stages = re.findall(r"^stage (\w+) (\d+) ", text, re.MULTILINE)
-    assert [name for name, _ in stages] == [*default, "graphs", "epochs", "scripts"]  # the optional stages last
+    assert [name for name, _ in stages] == [*default, "compile", "graphs", "epochs", "scripts"]  # optional ones last
     assert sum(int(limit) for name, limit in stages if name in default) <= int(re.search(r"BUDGET:-(\d+)", text)[1])
+    # The kernel profile right after the tests, within the run's first three minutes.
+    limits = dict(stages)
+    assert default[:2] == ["tests", "profile"] and int(limits["tests"]) + int(limits["profile"]) <= 180
     for path in re.findall(r"(run_scripts/\S+\.py|tests/\S+\.py)", text):
         assert (REPO / path).is_file(), path
 
@@ -274,6 +283,33 @@ def test_real_ner_rows_give_the_bilstm_the_slstm_character_cnn():
     slstm_cnn, bilstm_cnn = character_cnns
     assert type(slstm_cnn) is type(bilstm_cnn)
     assert [p.shape for p in slstm_cnn.parameters()] == [p.shape for p in bilstm_cnn.parameters()]
+
+
+def self_cpu_milliseconds(table: str) -> list[float]:
+    """The "Self CPU" column of a CPU-only `key_averages().table`, in milliseconds, row by row: the fifth field from
+    the right (after it: CPU total %, CPU total, CPU time avg, # of Calls; names may hold spaces)."""
+    units = {"s": 1e3, "ms": 1.0, "us": 1e-3}
+    values = []
+    for line in table.strip().splitlines()[3:-2]:  # between the header's rules and the closing rule
+        value = re.fullmatch(r"([\d.]+)(s|ms|us)", line.split()[-5])
+        values.append(float(value[1]) * units[value[2]])
+    return values
+
+
+def test_profile_stage_dry_run_prints_each_steps_top_operators_by_self_time(tmp_path, capsys):
+    arguments = stage_arguments("profile", shared_data_root(), tmp_path)
+    args = benchmark_kernel_profile.parse_arguments(benchmark_kernel_profile.KernelProfileArguments, arguments)
+    assert (args.device, args.variant, args.shapes, args.real_batch_size, args.top) == ("cuda", "bf16", ["32x512"], 10,
+                                                                                       15)  # fmt: skip
+    rows = benchmark_kernel_profile.main([*arguments, "--dry_run", "--warmup", "0"])
+    expected = ["2x6"] + (["conll2003-ner"] if shared_data_root().exists() else [])
+    assert [row["workload"].split()[0] for row in rows] == expected
+    printed = capsys.readouterr().out
+    report = (tmp_path / "kernel_profile.md").read_text()
+    for row in rows:
+        assert row["table"] in printed and row["table"] in report
+        milliseconds = self_cpu_milliseconds(row["table"])
+        assert len(milliseconds) == 15 and milliseconds == sorted(milliseconds, reverse=True)
 
 
 def test_crf_stage_dry_run_times_the_crf_on_the_steps_own_inputs(tmp_path):

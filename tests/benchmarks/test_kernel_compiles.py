@@ -5,11 +5,16 @@ launches' specialisation keys as Triton computes them for an sm_90 target (no GP
 and neither size a multiple of 16)."""
 
 import dataclasses
+import types
 
 import pytest
 
 pytest.importorskip("triton")
 
+import triton
+from triton.runtime.jit import KernelInterface
+
+from modeling_slstm import triton_crf, triton_kernels
 from run_scripts.benchmarks import benchmark_compiles
 from run_scripts.benchmarks.benchmark_launch_counts import paper_model
 from run_scripts.benchmarks.support import kernel_compiles
@@ -67,3 +72,34 @@ def test_a_recorded_launch_compiles_for_sm_90(ner_launches):
     viterbi = next(launch for launch in ner_launches if launch.kernel == "viterbi_kernel")
     (seconds,) = kernel_compiles.time_gpu_compiles([viterbi])
     assert seconds > 0
+
+
+@triton.jit
+def first_kernel(x_ptr):
+    pass
+
+
+@triton.jit
+def second_kernel(x_ptr):
+    pass
+
+
+@triton.jit
+def _helper(x_ptr):
+    pass
+
+
+def test_kernels_are_found_by_the_modules_list_else_by_their_names():
+    """A kernel module's kernels: its `STEP_KERNELS` where it has one (in its order), else every `triton.jit`
+    function named `*_kernel` (not the helpers, not a plain function of that name)."""
+    module = types.ModuleType("kernels")
+    module.first_kernel, module.second_kernel, module._helper = first_kernel, second_kernel, _helper
+    module.plain_kernel = lambda: None
+    assert kernel_compiles.kernel_names(module) == ("first_kernel", "second_kernel")
+    module.STEP_KERNELS = (second_kernel,)
+    assert kernel_compiles.kernel_names(module) == ("second_kernel",)
+    step_kernels = kernel_compiles.kernel_names(triton_kernels)
+    assert step_kernels and all(isinstance(getattr(triton_kernels, name), KernelInterface) for name in step_kernels)
+    assert kernel_compiles.kernel_names(triton_crf) == (
+        "log_likelihood_forward_kernel", "log_likelihood_backward_kernel", "viterbi_kernel",
+    )  # fmt: skip

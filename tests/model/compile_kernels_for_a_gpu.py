@@ -1,6 +1,7 @@
 """Compiles the package's Triton kernels to sm_90 (H100) binaries with Triton's own compiler and ptxas, which need no
 GPU: the interpreter runs kernels as Python, which forgives what the compiler refuses (types that change in a loop,
-missing constexprs). Run without `TRITON_INTERPRET`, for the kernels named on the command line (default: all):
+missing constexprs). Run without `TRITON_INTERPRET`, for the kernels named on the command line (default: all), each
+with the one compile of every such check (`run_scripts/benchmarks/support/kernel_compiles.py`):
 
 - `step` (by `test_fused_step.py::test_kernels_compile_for_a_gpu`): the fused step's kernels, bf16 tensors with a
   float32 mask and saved statistics;
@@ -13,10 +14,9 @@ import inspect
 import sys
 
 import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 from modeling_slstm import triton_crf, triton_kernels
+from run_scripts.benchmarks.support.kernel_compiles import compile_for_sm_90
 
 FLOAT32_POINTERS = ("mask_ptr", "lengths_ptr", "statistics_ptr", "d_input_terms_ptr")
 INTEGERS = ("seq", "hidden")
@@ -35,8 +35,7 @@ def compile_for_hopper(kernel, **constants):
         else "*fp32" if name in FLOAT32_POINTERS else "*bf16"
         for name in names
     }  # fmt: skip
-    compiled = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
-    assert "cubin" in compiled.asm, kernel
+    compile_for_sm_90(kernel, signature, constants)
 
 
 def step(window, nodes, sigmoid, last_step=False):
@@ -77,8 +76,7 @@ def compile_the_crf_kernels():
             else "i32" if name in ("seq", "num_tags") else "fp32"
             for name in kernel.arg_names
         }  # fmt: skip
-        compiled = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
-        assert "cubin" in compiled.asm, kernel
+        compile_for_sm_90(kernel, signature, constants)
 
 
 FAMILIES = {"step": compile_the_step_kernels, "crf": compile_the_crf_kernels}

@@ -9,14 +9,18 @@ not in the kernel's `do_not_specialize` whether it is 1, a multiple of 16, or ne
 nothing (their outputs stay uninitialised: only which launches happen, with which arguments, is kept), so that a
 model's training step can be recorded on a CPU for any batch shape. `specialisation_key` computes the key Triton
 computes on an NVIDIA GPU for a recorded launch, with Triton's own binder for an sm_90 target (no GPU needed);
-`time_gpu_compiles` compiles the launches of distinct keys for sm_90 in a fresh process (Triton's compiler and
-`ptxas`, no GPU; a process of its own, since this one may run the kernels in Triton's interpreter) and times each.
+`gpu_compiles` compiles the launches of distinct keys for sm_90 in a fresh process (Triton's compiler and `ptxas`,
+no GPU; a process of its own, since this one may run the kernels in Triton's interpreter): the seconds each takes
+(`time_gpu_compiles`), and what `ptxas` reports of its binary (registers, stack, spills: `kernel_resources.py`).
+`compile_for_sm_90` is the one compile of every such check (`tests/model/compile_kernels_for_a_gpu.py` too).
 
-The binder and `_pack_args` are Triton internals (Triton 3.3 on), as in `tests/model/compile_kernels_for_a_gpu.py`.
+The kernels are found by `kernel_names`, so that a kernel added to a module is recorded and compiled with the others.
+The binder and `_pack_args` are Triton internals (Triton 3.3 on).
 """
 
 import contextlib
 import functools
+import io
 import os
 import pickle
 import subprocess
@@ -31,11 +35,26 @@ from unittest import mock
 from modeling_slstm import triton_crf, triton_kernels, triton_step
 from run_scripts import REPOSITORY_ROOT
 
+
+def kernel_names(module) -> tuple[str, ...]:
+    """The names of the kernels `module` defines: its `STEP_KERNELS` (a tuple of kernels) where it has one, else
+    each of its `triton.jit` functions whose name ends in `_kernel` (the helpers they call are `_`-prefixed)."""
+    from triton.runtime.jit import KernelInterface
+
+    listed = getattr(module, "STEP_KERNELS", None)
+    if listed is not None:
+        return tuple(getattr(kernel, "fn", kernel).__name__ for kernel in listed)
+    return tuple(
+        name for name, value in vars(module).items() if name.endswith("_kernel") and isinstance(value, KernelInterface)
+    )
+
+
 LAUNCHING_MODULES = {
     # module that launches kernels: (the module that defines them, their names)
-    triton_step: (triton_kernels, ("step_forward_kernel", "step_backward_kernel")),
-    triton_crf: (triton_crf, ("log_likelihood_forward_kernel", "log_likelihood_backward_kernel", "viterbi_kernel")),
+    triton_step: (triton_kernels, kernel_names(triton_kernels)),
+    triton_crf: (triton_crf, kernel_names(triton_crf)),
 }
+STEP_KERNEL_NAMES = LAUNCHING_MODULES[triton_step][1]
 KERNELS = {name: defining for defining, names in LAUNCHING_MODULES.values() for name in names}
 """Each kernel's defining module, by the kernel's name."""
 SM_90 = ("cuda", 90, 32)  # backend, compute capability, warp size: an H100's or H200's target
@@ -63,13 +82,28 @@ class _Recorder:
 @contextlib.contextmanager
 def recorded_launches() -> Iterator[list[Launch]]:
     """Within the block, every kernel launch of `triton_step` and `triton_crf` is recorded into the list yielded
-    instead of run."""
+    instead of run: each kernel is replaced where it is defined and where the launching module imported it."""
     launches: list[Launch] = []
     with contextlib.ExitStack() as patches:
-        for module, (_, names) in LAUNCHING_MODULES.items():
+        for launching, (defining, names) in LAUNCHING_MODULES.items():
             for name in names:
-                patches.enter_context(mock.patch.object(module, name, _Recorder(name, launches)))
+                recorder = _Recorder(name, launches)
+                for module in dict.fromkeys((defining, launching)):
+                    if hasattr(module, name):
+                        patches.enter_context(mock.patch.object(module, name, recorder))
         yield launches
+
+
+@contextlib.contextmanager
+def gpu_tiles() -> Iterator[None]:
+    """Within the block, the kernels' launches tile their work as on a GPU (`triton_kernels.GPU_TILES`), also in
+    Triton's interpreter; the tiling before it is restored after."""
+    previous = (triton_kernels.GPU_TILES, triton_kernels.TILE_IN_THE_INTERPRETER)
+    triton_kernels.use_tiles(triton_kernels.GPU_TILES, in_the_interpreter=True)
+    try:
+        yield
+    finally:
+        triton_kernels.use_tiles(*previous)
 
 
 def _kernel(name: str):
@@ -118,14 +152,31 @@ def _compile_request(launch: Launch) -> tuple:
     return launch.kernel, signature, constexprs, attrs, options.__dict__
 
 
-def time_gpu_compiles(launches: list[Launch]) -> list[float]:
-    """Seconds to compile each launch's kernel variant for sm_90, in a fresh process with an empty Triton cache and
-    without the interpreter, in order."""
+def compile_for_sm_90(kernel, signature: dict, constexprs: dict, attrs: dict | None = None, options=None):
+    """`kernel` (a `JITFunction`) compiled for sm_90 by Triton's compiler and `ptxas`, no GPU needed; run without
+    `TRITON_INTERPRET`. `signature` gives each argument's type (`"*bf16"`, `"i32"`, `"constexpr"`), `constexprs`
+    their values, `attrs` the alignments Triton specialises on, `options` the launch options (`num_warps`)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    source = ASTSource(kernel, signature, constexprs, attrs)
+    compiled = triton.compile(source, target=GPUTarget(*SM_90), options=options)
+    if "cubin" not in compiled.asm:
+        raise RuntimeError(f"{kernel.fn.__name__} compiled without an sm_90 binary: {sorted(compiled.asm)}")
+    return compiled
+
+
+def gpu_compiles(launches: list[Launch]) -> list[dict]:
+    """Each launch's kernel variant compiled for sm_90, in a fresh process with an empty Triton cache and without
+    the interpreter, in order: `{"seconds", "ptxas_log", "shared", "num_warps"}` (`ptxas -v`'s report of the binary,
+    the shared memory a launch asks for in bytes, the warps per program)."""
     requests = [_compile_request(launch) for launch in launches]
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    # This checkout's package, as in this process.
+    # This checkout's package, as in this process; Triton prints ptxas's report when asked to.
     environment["PYTHONPATH"] = os.pathsep.join([str(REPOSITORY_ROOT), os.environ.get("PYTHONPATH", "")])
-    with tempfile.TemporaryDirectory() as cache:
+    environment["TRITON_DUMP_PTXAS_LOG"] = "1"
+    with tempfile.TemporaryDirectory() as cache:  # an empty cache: every variant is compiled, ptxas runs
         environment["TRITON_CACHE_DIR"] = cache
         run = subprocess.run(
             [sys.executable, "-m", __spec__.name], input=pickle.dumps(requests), env=environment, cwd=REPOSITORY_ROOT,
@@ -136,21 +187,24 @@ def time_gpu_compiles(launches: list[Launch]) -> list[float]:
     return pickle.loads(run.stdout)
 
 
-def _compile_requests_from_stdin():
-    """`time_gpu_compiles`'s process: compiles each request read from stdin, writes the seconds of each to stdout."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+def time_gpu_compiles(launches: list[Launch]) -> list[float]:
+    """Seconds to compile each launch's kernel variant for sm_90 (`gpu_compiles`), in order."""
+    return [compiled["seconds"] for compiled in gpu_compiles(launches)]
 
-    seconds = []
+
+def _compile_requests_from_stdin():
+    """`gpu_compiles`' process: compiles each request read from stdin, writes what `gpu_compiles` returns to
+    stdout."""
+    results = []
     for name, signature, constexprs, attrs, options in pickle.loads(sys.stdin.buffer.read()):
         start = time.perf_counter()
-        compiled = triton.compile(
-            ASTSource(_kernel(name), signature, constexprs, attrs), target=GPUTarget(*SM_90), options=options
-        )
-        seconds.append(time.perf_counter() - start)
-        assert "cubin" in compiled.asm, name
-    sys.stdout.buffer.write(pickle.dumps(seconds))
+        with contextlib.redirect_stdout(io.StringIO()) as printed:  # ptxas's report (TRITON_DUMP_PTXAS_LOG)
+            compiled = compile_for_sm_90(_kernel(name), signature, constexprs, attrs, options)
+        seconds = time.perf_counter() - start
+        metadata = compiled.metadata
+        results.append({"seconds": seconds, "ptxas_log": printed.getvalue(), "shared": metadata.shared,
+                        "num_warps": metadata.num_warps})  # fmt: skip
+    sys.stdout.buffer.write(pickle.dumps(results))
 
 
 if __name__ == "__main__":
