@@ -31,7 +31,7 @@ from .cpu_matmul import SLSTMConv1d, SLSTMLinear
 from .crf import ConditionalRandomField
 from .token_tagging import head_tag_count, tagging_loss_and_logits, update_head_for_labels
 from .triton_step import RecurrenceOptions, fused_recurrence, uses_fused_step
-from .validation import check_labels_batch_size, naming_bad_values, real_token_mask
+from .validation import check_input_not_empty, check_labels_batch_size, naming_bad_values, real_token_mask
 
 
 def sentence_lengths(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -259,8 +259,7 @@ class SLSTMEmbeddings(nn.Module):
                 f"inputs_embeds must have shape (batch, seq, {self.word_embeddings.embedding_dim}), got "
                 f"{tuple(inputs_embeds.shape)}"
             )
-        if inputs_embeds.shape[1] == 0:
-            raise ValueError("The input sequence is empty (seq = 0); the encoder needs at least one token")
+        check_input_not_empty(inputs_embeds.shape[:2])
         if self.char_encoder is not None:
             chars = self.char_features(char_ids, inputs_embeds)  # (batch, seq, char_hidden_size)
             inputs_embeds = torch.cat([inputs_embeds, chars], dim=-1)  # (batch, seq, embedding_dim + char features)

@@ -524,6 +524,8 @@ class SLSTMTokenizer(PreTrainedTokenizerFast):
     ) -> BatchEncoding:
         batched = _is_batch(text, is_split_into_words)
         texts = list(text) if batched else [text]
+        if not texts:  # the backend fails on it with a bare IndexError, as transformers' fast tokenizers do
+            raise ValueError("The batch of texts is empty (text=[]); expected at least one text")
         # An empty second text is no pair, as `TokenizersBackend._encode_plus` has it.
         pairs = text_pair if batched else [text_pair] if text_pair else None
         if is_split_into_words:

@@ -34,6 +34,20 @@ def real_token_mask(attention_mask: torch.Tensor | None, states: torch.Tensor) -
     return attention_mask.to(device=states.device, dtype=torch.bool)
 
 
+def check_input_not_empty(input_shape: tuple[int, int]) -> None:
+    """Raise a clear error when the input `(batch, seq)` holds no sentence or no token: the encoder has nothing to
+    read (a zero-row batch would otherwise fail deep inside, in a reshape; transformers' own encoders such as BERT
+    fail there too, rather than returning empty outputs)."""
+    batch, seq = input_shape
+    if batch == 0:
+        raise ValueError(
+            f"The input batch is empty (batch = 0, input shape {tuple(input_shape)}); the model needs at least one "
+            "sentence"
+        )
+    if seq == 0:
+        raise ValueError("The input sequence is empty (seq = 0); the encoder needs at least one token")
+
+
 def check_labels_shape(labels: torch.Tensor, input_shape: tuple[int, int]) -> None:
     """Raise a clear error when token labels do not have the shape `(batch, seq)` of the input."""
     if tuple(labels.shape) != input_shape:

@@ -53,7 +53,6 @@ class ClassificationDataArguments(DataArguments):
         metadata={"help": "Folder with rt-polarity.pos/.neg (movie review); split 80/10/10 with --split_seed."},
     )
     split_seed: int = field(default=42, metadata={"help": "Seed of the --rt_polarity_dir split."})
-    file_encoding: str = field(default="utf-8", metadata={"help": "Encoding of `text ||| label` files."})
 
     def __post_init__(self):
         if self.rt_polarity_dir is None:

@@ -16,9 +16,10 @@ number of examples by length-grouped batches of up to N padded tokens: faster, b
 
 Data: CoNLL column files (`token<TAB/space>...tag`, blank lines between sentences, `-DOCSTART-` ignored; any
 extension but json/jsonl/csv/parquet, `.tsv` included; choose the columns with
---conll_token_column/--conll_label_column), json/jsonl/parquet with a list-of-tokens and a list-of-tags column, or
---dataset_name. Empty sentences, empty tokens and sentences whose tokens and tags differ in number are errors that
-name the file, split and sentence. The task is whatever the label column holds: span tags (IOB1/IOB2/BIOES, detected
+--conll_token_column/--conll_label_column; UTF-8 unless --file_encoding says otherwise), json/jsonl/parquet with a
+list-of-tokens and a list-of-tags column, or --dataset_name. Empty sentences, empty tokens and sentences whose tokens
+and tags differ in number are errors that name the file, split and sentence; a byte not valid in the file's encoding
+is one that names the file and line. The task is whatever the label column holds: span tags (IOB1/IOB2/BIOES, detected
 or given with --tag_scheme, converted to the training scheme) are scored with entity-level seqeval
 precision/recall/F1 overall and per type, on their IOB2 form; other tags (POS) with token accuracy.
 
@@ -146,7 +147,7 @@ def main():
         label_column = int(data_args.label_column_name)
 
     def read_conll(path):
-        return data.read_conll(path, data_args.conll_token_column, label_column)
+        return data.read_conll(path, data_args.conll_token_column, label_column, data_args.file_encoding)
 
     splits = data.truncate_splits(data.load_splits(data_args, "token", read_conll), data_args)
     if training_args.do_train and "train" not in splits:

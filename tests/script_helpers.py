@@ -9,6 +9,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil  # a dependency of accelerate
@@ -206,6 +207,9 @@ TRACEBACK_MARGIN_S = 20
 def run_subprocess(args: list[str], env_extra: dict | None = None, timeout=240, check=True):
     """`args` run from the repository root with one OpenMP thread, as a `CompletedProcess` (text output).
 
+    The processes get a temporary folder (`TMPDIR`) of their own, removed when they end: the launchers leave their
+    `torchelastic_*` folders there.
+
     A run still going after `timeout` seconds fails the test with the output of every process it started: each one
     (launcher and workers included) dumps its threads' tracebacks `TRACEBACK_MARGIN_S` seconds before (see
     `traceback_before_timeout/sitecustomize.py`), and all of them are then killed, the workers that a launcher
@@ -215,7 +219,10 @@ def run_subprocess(args: list[str], env_extra: dict | None = None, timeout=240, 
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TRACEBACK_BEFORE_TIMEOUT), env.get("PYTHONPATH")]))
     env["SLSTM_TEST_TRACEBACK_AFTER_S"] = str(max(timeout - TRACEBACK_MARGIN_S, 1))
     env.update(env_extra or {})
-    with subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
+    temporary = tempfile.TemporaryDirectory(prefix="run_subprocess_")
+    env["TMPDIR"] = temporary.name
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    with temporary, subprocess.Popen(args, cwd=REPO, env=env, **pipes) as run:
         try:
             stdout, stderr = run.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -112,6 +112,13 @@ class DataArguments:
         default=None, metadata={"help": "Text/tokens column of json/csv/parquet data."}
     )
     label_column_name: str | None = field(default=None, metadata={"help": "Label column of json/csv/parquet data."})
+    file_encoding: str = field(
+        default="utf-8",
+        metadata={
+            "help": "Text encoding of the CoNLL column files (run_ner.py) and `text ||| label` files "
+            "(run_classification.py), e.g. latin-1 or cp1252 (json and csv files are read as UTF-8, by `datasets`)."
+        },
+    )
     max_seq_length: int = field(
         default=512,
         metadata={

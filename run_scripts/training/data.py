@@ -6,12 +6,13 @@ list of examples of plain Python strings; seeded splits for corpora that ship wi
 movie review); the word-level tokenisation with label alignment; and the data collator that checks every batch's
 values before it reaches the model (`ValueCheckingCollator`).
 
-Every reader fails with a message that names the file (and the line, for column files).
+Every reader fails with a message that names the file (and the line, for line-based files), a byte that the file's
+encoding cannot decode included.
 """
 
 import logging
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import datasets
@@ -38,16 +39,49 @@ def _split_columns(line: str) -> list[str]:
     return line.split()
 
 
-def read_conll(path: str | Path, token_column: int = 0, label_column: int = -1) -> list[dict]:
+def _undecodable_line(raw: bytes, encoding: str) -> tuple[int, int]:
+    """`(line number, byte)` of the first byte of `raw` that `encoding` cannot decode, the line counted 1-based as a
+    text-mode file counts it (universal newlines)."""
+    try:
+        raw.decode(encoding)
+    except UnicodeDecodeError as error:
+        before = raw[: error.start].decode(encoding)
+        return before.replace("\r\n", "\n").replace("\r", "\n").count("\n") + 1, raw[error.start]
+    raise AssertionError(f"{encoding} decodes the whole file, which it could not read")
+
+
+def text_lines(path: Path, encoding: str) -> Iterator[tuple[int, str]]:
+    """`(line number, line)` of a text file, numbered from 1.
+
+    Raises:
+        ValueError: a byte that `encoding` cannot decode, naming the file, its line, the byte and the encoding
+            (Python's `UnicodeDecodeError` names neither file nor line: its position counts from the start of the
+            chunk being decoded).
+    """
+    with path.open(encoding=encoding) as file:
+        try:
+            yield from enumerate(file, start=1)
+        except UnicodeDecodeError as error:
+            line_number, byte = _undecodable_line(path.read_bytes(), encoding)
+            raise ValueError(
+                f"{path}, line {line_number}: byte 0x{byte:02x} is not valid {encoding} ({error.reason}); give the "
+                "file's encoding with --file_encoding, e.g. --file_encoding latin-1 (or cp1252)"
+            ) from error
+
+
+def read_conll(
+    path: str | Path, token_column: int = 0, label_column: int = -1, encoding: str = "utf-8"
+) -> list[dict]:
     """Reads a CoNLL-style column file: one `token<TAB or spaces>...tag` line per token, blank lines between sentences.
 
     `-DOCSTART-` lines (and the empty "sentence" they form) are skipped; leading, repeated and trailing blank lines are
     harmless. Every non-blank line of a file must have the same number of columns as the first one.
 
     Args:
-        path: the file (UTF-8).
+        path: the file.
         token_column, label_column: 0-based column indices (negative counts from the end), e.g. `label_column=1` for
             the POS column of the 4-column CoNLL-2003 files.
+        encoding: the file's text encoding (default UTF-8).
 
     Returns:
         `[{"tokens": [...], "tags": [...]}, ...]`, one dict per sentence.
@@ -56,7 +90,7 @@ def read_conll(path: str | Path, token_column: int = 0, label_column: int = -1) 
         FileNotFoundError: the file does not exist.
         ValueError: a line has a different number of columns than the file's first line, or the chosen column does
             not exist, or the token and label columns are the same one (a one-column file; the message names the file
-            and line), or the file holds no sentence.
+            and line), or the file holds no sentence, or a byte is not valid in `encoding` (see `text_lines`).
     """
     path = Path(path)
     if not path.is_file():
@@ -70,37 +104,36 @@ def read_conll(path: str | Path, token_column: int = 0, label_column: int = -1) 
         tokens.clear()
         tags.clear()
 
-    with path.open(encoding="utf-8") as file:
-        for line_number, raw_line in enumerate(file, start=1):
-            line = raw_line.rstrip("\r\n")
-            if not line.strip():
-                flush()
-                continue
-            fields = _split_columns(line)
-            if fields[0] == DOCSTART:
-                flush()
-                continue
-            if num_columns is None:
-                num_columns = len(fields)
-                for column in (token_column, label_column):
-                    if not -num_columns <= column < num_columns:
-                        raise ValueError(
-                            f"{path}, line {line_number}: column {column} requested but the file has {num_columns} "
-                            f"columns ({line!r})"
-                        )
-                if token_column % num_columns == label_column % num_columns:
+    for line_number, raw_line in text_lines(path, encoding):
+        line = raw_line.rstrip("\r\n")
+        if not line.strip():
+            flush()
+            continue
+        fields = _split_columns(line)
+        if fields[0] == DOCSTART:
+            flush()
+            continue
+        if num_columns is None:
+            num_columns = len(fields)
+            for column in (token_column, label_column):
+                if not -num_columns <= column < num_columns:
                     raise ValueError(
-                        f"{path}, line {line_number}: the token column ({token_column}) and the label column "
-                        f"({label_column}) are the same column of {num_columns}; expected a token and a tag column "
-                        f"({line!r})"
+                        f"{path}, line {line_number}: column {column} requested but the file has {num_columns} "
+                        f"columns ({line!r})"
                     )
-            if len(fields) != num_columns:
+            if token_column % num_columns == label_column % num_columns:
                 raise ValueError(
-                    f"{path}, line {line_number}: expected {num_columns} columns like the file's first line, got "
-                    f"{len(fields)} ({line!r})"
+                    f"{path}, line {line_number}: the token column ({token_column}) and the label column "
+                    f"({label_column}) are the same column of {num_columns}; expected a token and a tag column "
+                    f"({line!r})"
                 )
-            tokens.append(fields[token_column])
-            tags.append(fields[label_column])
+        if len(fields) != num_columns:
+            raise ValueError(
+                f"{path}, line {line_number}: expected {num_columns} columns like the file's first line, got "
+                f"{len(fields)} ({line!r})"
+            )
+        tokens.append(fields[token_column])
+        tags.append(fields[label_column])
     flush()
     if not sentences:
         raise ValueError(f"{path}: no sentences found (empty file, or only blank/-DOCSTART- lines)")
@@ -122,22 +155,20 @@ def write_conll(path: str | Path, sentences: Iterable[Sequence[Sequence[str]]]) 
 def read_text_label_file(path: str | Path, encoding: str = "utf-8") -> list[dict]:
     """Reads a `text ||| label` file (one example per line, the label after the last `|||`; blank lines skipped).
 
-    Returns `[{"text": ..., "label": ...}, ...]` with the label as a string.
+    Returns `[{"text": ..., "label": ...}, ...]` with the label as a string. A byte that `encoding` cannot decode is
+    a `ValueError` naming the file and line (see `text_lines`).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"Data file not found: {path}")
     examples = []
-    with path.open(encoding=encoding) as file:
-        for line_number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            text, separator, label = line.rstrip("\r\n").rpartition(SEPARATOR)
-            if not separator or not label.strip() or not text.strip():
-                raise ValueError(
-                    f"{path}, line {line_number}: expected 'text {SEPARATOR} label', got {line.strip()!r}"
-                )
-            examples.append({"text": text.strip(), "label": label.strip()})
+    for line_number, line in text_lines(path, encoding):
+        if not line.strip():
+            continue
+        text, separator, label = line.rstrip("\r\n").rpartition(SEPARATOR)
+        if not separator or not label.strip() or not text.strip():
+            raise ValueError(f"{path}, line {line_number}: expected 'text {SEPARATOR} label', got {line.strip()!r}")
+        examples.append({"text": text.strip(), "label": label.strip()})
     if not examples:
         raise ValueError(f"{path}: no examples found (empty file)")
     return examples

@@ -6,7 +6,8 @@ training data, and a word never seen in training the most frequent tag overall. 
         --test_file ../shared/data/conll2003/pos/test.txt --max_train_samples 1000
 
 A tagger that does not beat this lookup has not learned from context. Files are CoNLL columns as `run_ner.py` reads
-them (token first, tag last); `--max_train_samples`/`--max_predict_samples` keep the first N sentences, as there.
+them (token first, tag last, UTF-8 unless `--file_encoding` says otherwise); `--max_train_samples`/
+`--max_predict_samples` keep the first N sentences, as there.
 """
 
 from collections import Counter, defaultdict
@@ -22,6 +23,7 @@ class BaselineArguments:
     test_file: str = field(metadata={"help": "CoNLL file to tag and score"})
     max_train_samples: int | None = field(default=None, metadata={"help": "first N training sentences only"})
     max_predict_samples: int | None = field(default=None, metadata={"help": "first N test sentences only"})
+    file_encoding: str = field(default="utf-8", metadata={"help": "text encoding of both files"})
 
 
 def most_frequent_tags(sentences: list[dict]) -> tuple[dict[str, str], str]:
@@ -36,8 +38,8 @@ def most_frequent_tags(sentences: list[dict]) -> tuple[dict[str, str], str]:
 
 def main(argv=None) -> float:
     args = parse_arguments(BaselineArguments, argv, description=__doc__)
-    train = data.read_conll(args.train_file)[: args.max_train_samples]
-    test = data.read_conll(args.test_file)[: args.max_predict_samples]
+    train = data.read_conll(args.train_file, encoding=args.file_encoding)[: args.max_train_samples]
+    test = data.read_conll(args.test_file, encoding=args.file_encoding)[: args.max_predict_samples]
     lookup, fallback = most_frequent_tags(train)
     gold = [tag for sentence in test for tag in sentence["tags"]]
     predicted = [lookup.get(word, fallback) for sentence in test for word in sentence["tokens"]]

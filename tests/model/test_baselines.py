@@ -45,6 +45,14 @@ def register_auto_classes():
 
 
 @pytest.mark.parametrize("encoder_type,num_layers", ENCODERS)
+def test_a_batch_of_zero_rows_is_named(encoder_type, num_layers):
+    """As for the S-LSTM (test_config_and_errors.py): a `(0, seq)` batch is an error that names it."""
+    model = BaselineForTokenClassification(tiny_config(encoder_type, num_layers, id2label=dict(enumerate(LABELS))))
+    with pytest.raises(ValueError, match=r"The input batch is empty \(batch = 0, input shape \(0, 4\)\)"):
+        model(torch.zeros(0, 4, dtype=torch.long), labels=torch.zeros(0, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("encoder_type,num_layers", ENCODERS)
 def test_padding_invariance(encoder_type, num_layers):
     """A sentence gives the same outputs alone and inside a right-padded or left-padded batch."""
     torch.manual_seed(0)

@@ -4,7 +4,7 @@ import re
 
 import pytest
 import torch
-from helpers import VOCAB_SIZE, build, tagger_config, tiny_config
+from helpers import MAX_WORD_LENGTH, VOCAB_SIZE, build, char_settings, tagger_config, tiny_config
 
 from modeling_slstm import SLSTMConfig, SLSTMForSequenceClassification, SLSTMForTokenClassification, SLSTMModel
 from modeling_slstm.validation import named_on_failure
@@ -90,13 +90,42 @@ def encoder():
         ({"input_ids": IDS, "attention_mask": torch.ones(3)}, r"attention_mask must have the shape .*got \(3,\)"),
         ({"input_ids": torch.zeros(2, 0, dtype=torch.long)}, r"sequence is empty"),
         ({"inputs_embeds": torch.zeros(1, 0, 5)}, r"sequence is empty"),
+        ({"input_ids": torch.zeros(0, 3, dtype=torch.long)}, r"batch is empty \(batch = 0, input shape \(0, 3\)\)"),
+        ({"inputs_embeds": torch.zeros(0, 3, 5)}, r"batch is empty \(batch = 0, input shape \(0, 3\)\)"),
+        ({"input_ids": torch.zeros(0, 0, dtype=torch.long)}, r"batch is empty"),
     ],
     ids=["both", "neither", "embeds_width", "embeds_2d", "ids_1d", "id_too_large", "id_negative", "mask_width",
-         "mask_1d", "empty_ids", "empty_embeds"],
+         "mask_1d", "empty_ids", "empty_embeds", "no_rows_ids", "no_rows_embeds", "no_rows_no_tokens"],
 )  # fmt: skip
 def test_encoder_rejects_bad_inputs(encoder, inputs, message):
     with pytest.raises(ValueError, match=message):
         encoder(**inputs)
+
+
+@pytest.mark.parametrize("use_char_features", [False, True], ids=["words", "chars"])
+@pytest.mark.parametrize(
+    "model_class, overrides, labels",
+    [
+        (SLSTMModel, {}, None),
+        (SLSTMModel, {"num_sentence_nodes": 0}, None),
+        (SLSTMForSequenceClassification, {}, torch.zeros(0, dtype=torch.long)),
+        (SLSTMForTokenClassification, {"use_crf": False}, torch.zeros(0, 3, dtype=torch.long)),
+        (SLSTMForTokenClassification, {"use_crf": True}, torch.zeros(0, 3, dtype=torch.long)),
+    ],
+    ids=["encoder", "encoder_without_sentence_nodes", "sequence", "softmax_tagger", "crf_tagger"],
+)
+def test_a_batch_of_zero_rows_is_named_by_every_head(model_class, overrides, labels, use_char_features):
+    """A `(0, seq)` batch failed deep inside the character CNN or the sentence update (`cannot reshape tensor of 0
+    elements`), and gave empty outputs without sentence nodes. transformers' own encoders (BERT, DistilBERT, GPT-2)
+    fail in such a reshape too rather than return empty outputs, so it is an error that names the batch."""
+    chars = char_settings() if use_char_features else {}
+    model = build(model_class, tagger_config(**chars, **overrides))
+    inputs = {"input_ids": torch.zeros(0, 3, dtype=torch.long)}
+    if use_char_features:
+        inputs["char_ids"] = torch.zeros(0, 3, MAX_WORD_LENGTH, dtype=torch.long)
+    for label_inputs in [{}] if labels is None else [{}, {"labels": labels}]:
+        with pytest.raises(ValueError, match=r"The input batch is empty \(batch = 0, input shape \(0, 3\)\)"):
+            model(**inputs, **label_inputs)
 
 
 @pytest.mark.parametrize("use_crf", [False, True])

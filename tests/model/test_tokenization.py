@@ -293,6 +293,7 @@ def test_words_that_look_like_special_tokens_are_words(tokenizer, literal):
 @pytest.mark.parametrize(
     "text, is_split_into_words, message",
     [
+        ([], False, r"The batch of texts is empty \(text=\[\]\); expected at least one text"),
         ([], True, "Sentence 0 is empty: with is_split_into_words=True, expected at least one word"),
         ([["a"], []], True, "Sentence 1 is empty: with is_split_into_words=True, expected at least one word"),
         ([["a"], ["b", ""]], True, "Sentence 1 has an empty word at position 1"),

@@ -1,5 +1,6 @@
-"""`.ci/run` cleans up after itself: the transformers source it unpacks for the generic model tests is there while
-the tests run and gone when the script ends, whether the tests pass or fail or a step before them fails. Run with a
+"""`.ci/run` cleans up after itself: the transformers source it unpacks for the generic model tests, and whatever the
+tests leave in their temporary folder (pytest's folders, the launchers' torchelastic_* folders), are there while the
+tests run and gone when the script ends, whether the tests pass or fail or a step before them fails. Run with a
 stand-in `python` on the PATH that installs nothing and fakes the download and the tests."""
 
 import os
@@ -21,7 +22,8 @@ case "$*" in
         tar -czf "$folder/transformers-9.9.9.tar.gz" -C "$folder" transformers-9.9.9
         rm -r "$folder/transformers-9.9.9" ;;
     "-m pytest -q"*)
-        echo "$TRANSFORMERS_TESTS_DIR" > "$RECORD"
+        printf '%s\n%s\n' "$TRANSFORMERS_TESTS_DIR" "$TMPDIR" > "$RECORD"
+        mkdir -p "$TMPDIR/pytest-of-$USER/pytest-0" "$TMPDIR/torchelastic_abc"  # as the tests leave them
         [ -f "$TRANSFORMERS_TESTS_DIR/test_generic.py" ] || exit 2
         [ "$STEP_FAILS" != tests ] ;;
     *) echo "unexpected: python $*" >&2; exit 3 ;;
@@ -30,7 +32,7 @@ esac
 
 
 @pytest.mark.parametrize("step_fails, returncode", [("none", 0), ("tests", 1), ("download", 1)])
-def test_ci_run_removes_the_transformers_source_it_unpacked(tmp_path, step_fails, returncode):
+def test_ci_run_removes_the_transformers_source_and_the_tests_temporary_files(tmp_path, step_fails, returncode):
     bin_folder, temporary, record = tmp_path / "bin", tmp_path / "tmp", tmp_path / "record"
     bin_folder.mkdir()
     temporary.mkdir()
@@ -40,6 +42,7 @@ def test_ci_run_removes_the_transformers_source_it_unpacked(tmp_path, step_fails
                    "RECORD": str(record), "STEP_FAILS": step_fails}  # fmt: skip
     result = subprocess.run(["bash", str(REPO / ".ci" / "run")], env=environment, capture_output=True, text=True)
     assert result.returncode == returncode, result.stderr
-    if step_fails != "download":  # the tests ran on the unpacked source, in the temporary folder
-        assert Path(record.read_text().strip()).parent.parent.parent == temporary
+    if step_fails != "download":  # the tests ran on the unpacked source, both in a folder of the run's own
+        tests_folder, tests_temporary = map(Path, record.read_text().split())
+        assert tests_temporary.parent == temporary and tests_folder.is_relative_to(tests_temporary)
     assert list(temporary.iterdir()) == []

@@ -68,6 +68,44 @@ def test_text_label_file(tmp_path):
         data.read_text_label_file(write(tmp_path / "t3.txt", "\n"))
 
 
+def latin1_conll(path, line_ending="\n", filler_sentences=2000):
+    """A latin-1 CoNLL file whose first non-ASCII byte (the 0xfc of `Müller`) is on line `3 * filler_sentences + 1`,
+    past the first chunks that a text-mode file decodes (8 KiB each), where `UnicodeDecodeError`'s position counts
+    from."""
+    sentences = ["Mr\tO", "Smith\tB-PER", ""] * filler_sentences + ["Herr\tO", "Müller\tB-PER", "", "café\tO", ""]
+    path.write_bytes(line_ending.join(sentences).encode("latin-1"))
+    return path
+
+
+@pytest.mark.parametrize("line_ending", ["\n", "\r\n", "\r"])
+def test_conll_bytes_not_in_the_encoding_name_file_line_and_encoding(tmp_path, line_ending):
+    """A non-UTF-8 file gave Python's bare `UnicodeDecodeError`, which names neither file nor line."""
+    path = latin1_conll(tmp_path / "latin1.txt", line_ending)
+    message = (
+        r"latin1\.txt, line 6002: byte 0xfc is not valid utf-8 \(invalid start byte\); give the file's encoding "
+        r"with --file_encoding, e.g. --file_encoding latin-1"
+    )
+    with pytest.raises(ValueError, match=message):
+        data.read_conll(path)
+    sentences = data.read_conll(path, encoding="latin-1")
+    assert sentences[-2:] == [
+        {"tokens": ["Herr", "Müller"], "tags": ["O", "B-PER"]},
+        {"tokens": ["café"], "tags": ["O"]},
+    ]
+    assert len(sentences) == 2002
+
+
+def test_text_label_bytes_not_in_the_encoding_name_file_and_line(tmp_path):
+    path = tmp_path / "cp1252.txt"
+    path.write_bytes("good film ||| pos\n".encode() * 3000 + "a \u201cgreat\u201d film ||| pos\n".encode("cp1252"))
+    with pytest.raises(ValueError, match=r"cp1252\.txt, line 3001: byte 0x93 is not valid utf-8"):
+        data.read_text_label_file(path)
+    with pytest.raises(ValueError, match=r"cp1252\.txt, line 3001: byte 0x93 is not valid ascii"):
+        data.read_text_label_file(path, encoding="ascii")
+    last = data.read_text_label_file(path, encoding="cp1252")[-1]
+    assert last == {"text": "a \u201cgreat\u201d film", "label": "pos"}
+
+
 def test_seeded_split_is_deterministic_and_disjoint():
     items = list(range(103))
     first, second = data.seeded_split(items, 5), data.seeded_split(items, 5)

@@ -66,6 +66,16 @@ def ner_command(paths, output_dir, batch_size, use_crf=True, dropout=0.0, eval_b
     ]
 
 
+def test_a_launcher_leaves_no_temporary_folder():
+    """torchrun leaves a `torchelastic_*` folder in the temporary folder of every run (a full test run left dozens in
+    /tmp): `run_subprocess` gives the processes a temporary folder of their own and removes it when they end."""
+    command = [*torchrun(free_port()), "--no-python", "sh", "-c", 'ls -d "$TMPDIR"/*']
+    folders = {Path(line) for line in run_subprocess(command).stdout.split()}
+    assert [folder.name.startswith("torchelastic_") for folder in folders] == [True]
+    (folder,) = folders
+    assert folder.parent.name.startswith("run_subprocess_") and not folder.parent.exists()
+
+
 def assert_same_weights(first, second, atol):
     a, b = load_file(first / "model.safetensors"), load_file(second / "model.safetensors")
     assert a.keys() == b.keys()

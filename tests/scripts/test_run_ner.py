@@ -230,6 +230,43 @@ def test_bad_inputs(tmp_path, monkeypatch):
         run_main("run_ner", run_args(tmp_path / "o3", dict(paths, test=tmp_path / "unseen.txt")), monkeypatch)
 
 
+LATIN1_SENTENCES = [
+    {"tokens": ["in", "Rome"], "tags": ["O", "B-LOC"]},
+    {"tokens": ["Mr", "Müller"], "tags": ["O", "B-PER"]},
+]
+
+
+def write_latin1_test_file(path):
+    """`LATIN1_SENTENCES` as a latin-1 CoNLL file (the 0xfc of `Müller` on line 5)."""
+    path.write_bytes("in\tO\nRome\tB-LOC\n\nMr\tO\nMüller\tB-PER\n\n".encode("latin-1"))
+    return path
+
+
+def test_a_file_not_in_the_encoding_names_it_and_keeps_the_output_dir(tmp_path, monkeypatch):
+    """A latin-1 CoNLL file gave Python's bare `UnicodeDecodeError`, which names neither file nor line, and
+    `run_ner.py` had no `--file_encoding`."""
+    paths = write_generated_ner(tmp_path)
+    latin1 = write_latin1_test_file(tmp_path / "latin1.txt")
+    out = tmp_path / "out"
+    (out / "checkpoint-4").mkdir(parents=True)
+    (out / "checkpoint-4" / "model.safetensors").write_bytes(b"weights of an earlier run")
+    (out / "all_results.json").write_text('{"test_f1": 0.9}')
+    saved = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    with pytest.raises(ValueError, match=r"latin1\.txt, line 5: byte 0xfc is not valid utf-8 .*--file_encoding"):
+        run_main("run_ner", run_args(out, dict(paths, test=latin1)), monkeypatch)
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == saved
+
+
+@pytest.mark.slow
+def test_file_encoding_reads_a_latin1_file(tmp_path, monkeypatch):
+    paths = write_generated_ner(tmp_path)
+    latin1 = write_latin1_test_file(tmp_path / "latin1.txt")
+    out = tmp_path / "out"
+    options = {"file_encoding": "latin-1", "do_eval": None, "max_steps": 1}
+    run_main("run_ner", run_args(out, dict(paths, test=latin1), **options), monkeypatch)
+    assert data.read_conll(out / "predictions.txt", label_column=1) == LATIN1_SENTENCES  # words and gold, in UTF-8
+
+
 @pytest.mark.slow
 def test_sentence_longer_than_limit_is_truncated(tmp_path, monkeypatch, caplog):
     paths = write_generated_ner(tmp_path)
