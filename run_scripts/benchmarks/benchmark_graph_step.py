@@ -45,9 +45,10 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 
 from run_scripts import REPOSITORY_ROOT
 from run_scripts.benchmarks import benchmark_epochs
-from run_scripts.training.arguments import ModelArguments, SLSTMTrainingArguments, check_choices, parse_arguments
+from run_scripts.benchmarks.support import workloads
+from run_scripts.benchmarks.support.fresh_model_and_optimizer import random_vocabulary_model
+from run_scripts.training.arguments import SLSTMTrainingArguments, check_choices, parse_arguments
 from run_scripts.training.graph_step import WholeStepGraphs, training_step
-from run_scripts.training.model_setup import load_fresh_config
 from run_scripts.training.trainer import HostComputedLambdaLR, SLSTMTrainer, capturable_options
 
 PARTS = ("match", "host", "launch", "proxy", "epochs")
@@ -123,38 +124,15 @@ def fresh_model(task: str, model: str, args: GraphStepArguments, dropout: bool =
     `model` "slstm" or "bilstm"; without `dropout` every dropout is 0."""
     slstm_config, bilstm_config, labels, auto_class = TASKS[task]
     overrides = "use_char_features=true" + (",hidden_size=8,embedding_dim=8" if args.dry_run else "")
-    config = load_fresh_config(
-        ModelArguments(
-            config_name=str(REPOSITORY_ROOT / "hub_configs" / (slstm_config if model == "slstm" else bilstm_config)),
-            config_overrides=overrides,
-        )
-    )
-    config.update({"vocab_size": VOCAB_SIZE, "char_vocab_size": CHAR_VOCAB_SIZE, "id2label": dict(enumerate(labels)),
-                   "label2id": {label: index for index, label in enumerate(labels)}})  # fmt: skip
-    if not dropout:
-        config.update({name: 0.0 for name in config.to_dict() if name.endswith("dropout")})
-    torch.manual_seed(0)
-    return auto_class.from_config(config).to(device_for(args)).train()
+    config_name = str(REPOSITORY_ROOT / "hub_configs" / (slstm_config if model == "slstm" else bilstm_config))
+    model = random_vocabulary_model(auto_class.from_config, config_name, labels, VOCAB_SIZE, CHAR_VOCAB_SIZE,
+                                    config_overrides=overrides, dropout=dropout)  # fmt: skip
+    return model.to(device_for(args))
 
 
 def random_batch(model, batch: int, length: int, seed: int) -> dict[str, torch.Tensor]:
-    """`batch` sentences padded to `length` (lengths from `length // 2` up, `<s>`/`</s>`-free ids), character ids and
-    labels (-100 on padding for a tagger), on the CPU."""
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(max(1, length // 2), length + 1, (batch,), generator=generator)
-    lengths[0] = length
-    mask = (torch.arange(length) < lengths[:, None]).long()  # (batch, length)
-    inputs = {"input_ids": torch.randint(4, VOCAB_SIZE, (batch, length), generator=generator) * mask,
-              "attention_mask": mask}  # fmt: skip
-    if model.config.use_char_features:
-        chars = torch.randint(2, CHAR_VOCAB_SIZE, (batch, length, WORD_LENGTH), generator=generator)
-        inputs["char_ids"] = chars * mask[:, :, None]  # (batch, length, word_length)
-    num_labels = model.config.num_labels
-    if isinstance(model, AutoModelForTokenClassification._model_mapping[type(model.config)]):
-        inputs["labels"] = torch.randint(num_labels, (batch, length), generator=generator).masked_fill(mask == 0, -100)
-    else:
-        inputs["labels"] = torch.randint(num_labels, (batch,), generator=generator)
-    return inputs
+    """`workloads.random_batch` of sentences from `length // 2` tokens up, padded to `length`, on the CPU."""
+    return workloads.random_batch(model, batch, length, WORD_LENGTH, seed, shortest=max(1, length // 2))
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -32,10 +32,11 @@ if not torch.cuda.is_available():  # before modeling_slstm is imported: Triton r
 from modeling_slstm import cpu_matmul
 from modeling_slstm.modeling_slstm import SLSTMForSequenceClassification, SLSTMForTokenClassification
 from run_scripts import REPOSITORY_ROOT
+from run_scripts.benchmarks.support import workloads
+from run_scripts.benchmarks.support.fresh_model_and_optimizer import random_vocabulary_model
 from run_scripts.benchmarks.support.launch_counts import count_launched_operators, short_name
 from run_scripts.benchmarks.support.workloads import parse_shape
-from run_scripts.training.arguments import ModelArguments, check_choices, parse_arguments
-from run_scripts.training.model_setup import load_fresh_config
+from run_scripts.training.arguments import check_choices, parse_arguments
 
 CONLL_LABELS = ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
 POS_TAG_COUNT = 45  # the Penn Treebank tags of WSJ POS tagging
@@ -77,36 +78,16 @@ def paper_model(task: str, implementation: str, hidden_size: int | None = None, 
     """A fresh model of the task's shipped config in training mode, seed 0, with `step_implementation`
     ``implementation``; ``hidden_size`` (optional) replaces the hidden and embedding sizes."""
     config_name, model_class, labels = TASKS[task]
-    config = load_fresh_config(ModelArguments(config_name=str(REPOSITORY_ROOT / "hub_configs" / config_name)))
     sizes = {} if hidden_size is None else {"hidden_size": hidden_size, "embedding_dim": hidden_size}
-    config.update(
-        {
-            "vocab_size": VOCAB_SIZE,
-            "char_vocab_size": CHAR_VOCAB_SIZE,
-            "id2label": dict(enumerate(labels)),
-            "label2id": {label: index for index, label in enumerate(labels)},
-            "step_implementation": implementation,
-            **sizes,
-        }
-    )
-    torch.manual_seed(0)
-    return model_class(config).to(device).train()
+    config_path = str(REPOSITORY_ROOT / "hub_configs" / config_name)
+    model = random_vocabulary_model(model_class, config_path, labels, VOCAB_SIZE, CHAR_VOCAB_SIZE,
+                                    step_implementation=implementation, **sizes)  # fmt: skip
+    return model.to(device)
 
 
 def random_batch(model, batch: int, length: int, device: str = "cpu") -> dict[str, torch.Tensor]:
-    """Token ids (no padding or special tokens), character ids if the model reads them, and labels: per word for a
-    tagger, per sentence for a classifier; seed 0."""
-    generator = torch.Generator().manual_seed(0)
-    config = model.config
-    inputs = {
-        "input_ids": torch.randint(4, VOCAB_SIZE, (batch, length), generator=generator),
-        "attention_mask": torch.ones(batch, length, dtype=torch.long),
-    }
-    if config.use_char_features:
-        inputs["char_ids"] = torch.randint(2, CHAR_VOCAB_SIZE, (batch, length, WORD_LENGTH), generator=generator)
-    label_shape = (batch, length) if isinstance(model, SLSTMForTokenClassification) else (batch,)
-    inputs["labels"] = torch.randint(config.num_labels, label_shape, generator=generator)
-    return {name: tensor.to(device) for name, tensor in inputs.items()}
+    """`workloads.random_batch` of full-length sentences (no padding), every position labelled, seed 0."""
+    return workloads.random_batch(model, batch, length, WORD_LENGTH, device=device)
 
 
 def training_step_counts(model, inputs) -> Counter:

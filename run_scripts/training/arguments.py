@@ -253,7 +253,9 @@ class SLSTMTrainingArguments(TrainingArguments):
             "sentences (a short batch filled with empty ones, which the loss ignores) padded to 8, 16, 24, 32, 48, 64, "
             "96 or 128 tokens, so an epoch takes a few shapes (CoNLL-2003 NER: 8), each captured once; not with "
             "--max_tokens_per_batch. Trains eagerly, saying why once, with gradient accumulation, several processes "
-            "or GPUs, --fp16 or a PEFT or quantised model. Needs a CUDA GPU; not with --torch_compile."
+            "or GPUs, --fp16, an --optim without a capturable step (sgd, adagrad, adafactor; the adamw ones and "
+            "rmsprop are captured) or a PEFT or quantised model. Resuming from a checkpoint of either kind keeps "
+            "the schedule. Needs a CUDA GPU; not with --torch_compile."
         },
     )
     cuda_graphs_max_shapes: int = field(

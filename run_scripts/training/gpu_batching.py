@@ -108,11 +108,6 @@ def is_bucket_shape(shape: Sequence[int], batch_size: int, buckets: Sequence[int
     return len(shape) == 2 and shape[0] == batch_size and shape[1] in buckets
 
 
-def bucket_shapes(batch_size: int, buckets: Sequence[int] = BUCKET_WIDTHS) -> tuple[tuple[int, int], ...]:
-    """Every static shape `(batch_size, width)`, narrowest first: the graphs an epoch may need, e.g. to capture ahead."""
-    return tuple((batch_size, width) for width in buckets)
-
-
 def uses_static_shapes(training_args) -> bool:
     """Whether the training batches come in static shapes (`StaticShapeBatches`): with `--cuda_graphs` on a CUDA
     device (`training_args.cuda_graphs`, `training_args.device`)."""

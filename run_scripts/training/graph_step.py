@@ -10,9 +10,10 @@ How: PyTorch's whole-network capture recipe (`torch.cuda.graph`), around `traini
   compiled kernels and cuBLAS's workspaces are made outside the capture), then the step is captured with the
   gradients set to `None`, so that backward allocates them in the graph's own memory pool and every replay writes
   them afresh rather than adding to them;
-- the optimizer is capturable (Adam/AdamW keep their step counts on the device) and its learning rates are device
-  tensors that the scheduler fills between replays (`trainer.capturable_options`, `trainer.HostComputedLambdaLR`): a
-  replay reads the rate that eager training would;
+- the optimizer is capturable (Adam, AdamW and RMSprop keep their step counts on the device; one without the
+  option trains eagerly, logged: `optimizer_eager_reason`) and its learning rates are device tensors that the
+  scheduler fills between replays (`trainer.capturable_options`, `trainer.HostComputedLambdaLR`): a replay reads the
+  rate that eager training would, also after resuming from a checkpoint (`trainer.keep_the_runs_rates`);
 - the loss and the gradient norm come back as copies of the graph's static outputs, read on the host only when the
   Trainer logs.
 
@@ -26,6 +27,7 @@ the same `training_step` is called directly (`capture=False`), so the tests run 
 capture fails trains eagerly (logged once).
 """
 
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -253,6 +255,19 @@ def eager_reason(args, model: torch.nn.Module) -> str | None:
     if wrapped is not None:
         return f"a {wrapped} layer wraps the model's own: not known to be capturable"
     return None
+
+
+def optimizer_eager_reason(optimizer_class: type) -> str | None:
+    """Why a whole-step graph cannot hold the step of `optimizer_class`, or `None` when it can: where its constructor
+    takes `capturable` (torch.optim's Adam, AdamW, RMSprop...), its step keeps its counts on the device and reads its
+    learning rate from a device tensor; the others (SGD, Adagrad, transformers' Adafactor) read them on the host, or
+    a graph would hold the rate as a constant."""
+    if "capturable" in inspect.signature(optimizer_class).parameters:
+        return None
+    return (
+        f"the optimizer {optimizer_class.__module__}.{optimizer_class.__qualname__} has no `capturable` option "
+        "(torch.optim's Adam, AdamW and RMSprop have): its step is not known to be capturable"
+    )
 
 
 def wrapping_package(model: torch.nn.Module) -> str | None:

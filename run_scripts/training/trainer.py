@@ -19,7 +19,13 @@ from transformers.trainer_utils import seed_worker
 from transformers.training_args import OptimizerNames
 
 from run_scripts.training.gpu_batching import StaticShapeBatches, is_bucket_shape
-from run_scripts.training.graph_step import GraphSteppedOptimizer, WholeStepGraphs, eager_reason, training_step
+from run_scripts.training.graph_step import (
+    GraphSteppedOptimizer,
+    WholeStepGraphs,
+    eager_reason,
+    optimizer_eager_reason,
+    training_step,
+)
 from run_scripts.training.model_card import model_card_info, write_model_card
 from run_scripts.training.samplers import (
     EpochSeededLengthGroupedSampler,
@@ -42,8 +48,9 @@ class SLSTMTrainer(Trainer):
     backward, clipping and the optimizer's step in one graph per batch shape) inside the Trainer's own loop, whose
     later calls then do no work twice: the optimizer (a `graph_step.GraphSteppedOptimizer`) skips the step the
     graph made, and the gradient clipping returns the graph's norm. The scheduler steps after the replay, as after an
-    eager step, writing the next rate into the optimizer's rate tensors. Where no graph applies (`eager_reason`, a
-    shape past `--cuda_graphs_max_shapes`), the step is the Trainer's, and the reason is logged once.
+    eager step, writing the next rate into the optimizer's rate tensors. Where no graph applies (`eager_reason`, an
+    optimizer without `capturable`, a shape past `--cuda_graphs_max_shapes`), the step is the Trainer's, and the
+    reason is logged once.
 
     The decay is a `LambdaLR` over optimizer steps, `lr = lr_0 * decay ** (step // steps_per_epoch)`, so it is saved
     in and restored from checkpoints like every other scheduler.
@@ -75,6 +82,7 @@ class SLSTMTrainer(Trainer):
         self.epoch_seeded_sampler = None  # the training (batch) sampler whose order depends on the epoch
         self.flops_per_token = None  # `floating_point_ops`' factor, counted on the first step
         self.graph_optimizer = None  # with --cuda_graphs: the `GraphSteppedOptimizer` of `create_optimizer`
+        self.uncapturable_optimizer = None  # with --cuda_graphs: why the optimizer's step cannot be captured
         self.whole_step = None  # with --cuda_graphs: the run's `WholeStepGraphs`, made at its first training step
         self.whole_step_checked = False  # whether this run's first training step decided on `whole_step`
         self.graph_step_norm = None  # the gradient norm of the step a graph just made
@@ -120,7 +128,9 @@ class SLSTMTrainer(Trainer):
         self.whole_step_checked = True
         reason = eager_reason(self.args, model)
         if reason is None and self.graph_optimizer is None:
-            reason = "the optimizer was not made by SLSTMTrainer.create_optimizer (given to the Trainer?)"
+            reason = self.uncapturable_optimizer or (
+                "the optimizer was not made by SLSTMTrainer.create_optimizer (given to the Trainer?)"
+            )
         if reason is not None:
             logger.warning(f"--cuda_graphs: training eagerly: {reason}")
             return None
@@ -243,12 +253,18 @@ class SLSTMTrainer(Trainer):
         embeddings in a group without it unless `--l2_include_word_embeddings`; with
         `--feature_encoder_learning_rate`, the trainable feature-encoder weights in groups of their own with that
         learning rate; with `--cuda_graphs`, capturable, with learning rates on the device (`capturable_options`),
-        wrapped in a `GraphSteppedOptimizer` (`training_step`)."""
+        wrapped in a `GraphSteppedOptimizer` (`training_step`), unless its class cannot be captured (SGD, Adagrad,
+        Adafactor: `optimizer_eager_reason`, then it trains eagerly, logged at the first step). Resuming keeps the
+        run's own learning-rate tensors or floats (`keep_the_runs_rates`)."""
         l2 = self.args.l2_regularization
         encoder_learning_rate = self.args.feature_encoder_learning_rate
         graphed = getattr(self.args, "cuda_graphs", False)
-        if self.optimizer is not None or (l2 is None and encoder_learning_rate is None and not graphed):
+        if self.optimizer is not None:
             return super().create_optimizer(model)
+        if l2 is None and encoder_learning_rate is None and not graphed:
+            optimizer = super().create_optimizer(model)
+            keep_the_runs_rates(optimizer)
+            return optimizer
         model = self.model if model is None else model
         if l2 is not None:
             if self.args.optim not in (OptimizerNames.ADAMW_TORCH, OptimizerNames.ADAMW_TORCH_FUSED):
@@ -267,8 +283,12 @@ class SLSTMTrainer(Trainer):
         if encoder_learning_rate is not None:
             groups = with_feature_encoder_learning_rate(model, groups, encoder_learning_rate)
         if graphed:
+            self.uncapturable_optimizer = optimizer_eager_reason(optimizer_class)  # then trained as without graphs
+            graphed = self.uncapturable_optimizer is None
+        if graphed:
             groups, optimizer_kwargs = capturable_options(groups, optimizer_kwargs, self.args.device)
         self.optimizer = optimizer_class(groups, **optimizer_kwargs)
+        keep_the_runs_rates(self.optimizer)
         if graphed:
             self.graph_optimizer = self.optimizer = GraphSteppedOptimizer(self.optimizer)
         return self.optimizer
@@ -363,6 +383,40 @@ def capturable_options(groups: list[dict], optimizer_kwargs: dict, device: torch
         for group, rate in zip(groups, rates, strict=True)
     ]
     return groups, {**optimizer_kwargs, "capturable": device.type == "cuda"}
+
+
+def keep_the_runs_rates(optimizer: torch.optim.Optimizer) -> None:
+    """Makes `optimizer.load_state_dict` (resuming from a checkpoint) take the checkpoint's learning rates by value
+    into this run's own: the tensors that a whole-step graph reads and the scheduler fills (`capturable_options`), or
+    floats; and keep this run's `capturable`, which decides where the loaded step counts go.
+
+    `Optimizer.load_state_dict` takes the saved parameter groups as they are: a checkpoint of eager training gives
+    float rates, and one of `--cuda_graphs` loaded by the Trainer with `map_location="cpu"` (one GPU) new CPU
+    tensors. Either way a captured step would no longer read the rates that the scheduler writes, and an eager
+    foreach Adam refuses tensor rates.
+
+    Args:
+        optimizer (`torch.optim.Optimizer`): the run's optimizer, as made (its rates are read now).
+    """
+    rates = [group["lr"] for group in optimizer.param_groups]  # a tensor each, kept by every load, or floats
+
+    def own_capturable(optimizer: torch.optim.Optimizer, state_dict: dict) -> dict | None:
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(optimizer.param_groups):
+            return None  # `load_state_dict` refuses it, naming the mismatch
+        groups = [
+            {**saved, "capturable": group["capturable"]} if "capturable" in group else saved
+            for saved, group in zip(saved_groups, optimizer.param_groups, strict=True)
+        ]
+        return {**state_dict, "param_groups": groups}
+
+    def own_rates(optimizer: torch.optim.Optimizer) -> None:
+        for group, rate in zip(optimizer.param_groups, rates, strict=True):
+            loaded = group["lr"]  # a float, or a tensor on any device
+            group["lr"] = rate.copy_(torch.as_tensor(loaded)) if isinstance(rate, torch.Tensor) else float(loaded)
+
+    optimizer.register_load_state_dict_pre_hook(own_capturable)
+    optimizer.register_load_state_dict_post_hook(own_rates)
 
 
 def l2_parameter_groups(model: torch.nn.Module, coefficient: float, include_word_embeddings: bool) -> list[dict]:

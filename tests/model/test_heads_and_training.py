@@ -95,6 +95,16 @@ def test_crf_chain_leaves_out_padding_whatever_its_labels():
     assert torch.equal(out.logits, expected.logits)
 
 
+def test_crf_tagger_batch_without_labelled_positions_has_loss_0_and_finite_gradients():
+    # As a static-shape batch of fillers only: the mean over labelled sentences divides by at least one sentence.
+    model = build(SLSTMForTokenClassification, tagger_config(use_crf=True))
+    ids, mask, labels = tagging_batch()
+    out = model(input_ids=ids, attention_mask=mask, labels=torch.full_like(labels, -100))
+    assert out.loss.item() == 0.0
+    out.loss.backward()
+    assert all(torch.isfinite(parameter.grad).all() for parameter in model.parameters() if parameter.grad is not None)
+
+
 def test_sentence_lengths_count_exactly_in_bfloat16():
     # bfloat16 has 8 significant bits: counted in the model's dtype, 257 real tokens would be 256.
     mask = torch.ones(2, 257, dtype=torch.bfloat16)

@@ -1,5 +1,5 @@
-"""What the benchmarks of training steps start from: a fresh model of a shipped config over a tokenizer's vocabulary,
-and the optimizer the training scripts' `Trainer` gives it."""
+"""What the benchmarks of training steps start from: a fresh model of a shipped config over a tokenizer's vocabulary
+or a random one, and the optimizer the training scripts' `Trainer` gives it."""
 
 import torch
 from transformers import Trainer, TrainingArguments
@@ -26,6 +26,31 @@ def fresh_model(model_class, config_name: str, tokenizer, seed: int, config_over
     update_config_from_tokenizer(config, tokenizer)
     torch.manual_seed(seed)
     return model_class(config).train()
+
+
+def random_vocabulary_model(make_model, config_name: str, labels: list[str], vocab_size: int, char_vocab_size: int,
+                            config_overrides: str = "", dropout: bool = True, **fields):  # fmt: skip
+    """A freshly initialised model of a shipped config over a random vocabulary of `vocab_size` words and
+    `char_vocab_size` characters (no tokenizer; `workloads.random_batch` draws its batches), seed 0, in training mode.
+
+    Args:
+        make_model (`Callable[[PreTrainedConfig], PreTrainedModel]`): the model from its config, e.g.
+            `SLSTMForTokenClassification` or `AutoModelForTokenClassification.from_config`.
+        config_name (`str`): a config JSON of `hub_configs/` (S-LSTM or baseline), read as `--config_name` reads it.
+        labels (`list[str]`): the label names, in id order.
+        vocab_size (`int`), char_vocab_size (`int`): the sizes of the word and character vocabularies.
+        config_overrides (`str`, defaults to `""`): as `--config_overrides`, e.g. `"use_char_features=true"`.
+        dropout (`bool`, defaults to `True`): without, every dropout rate of the config is 0.
+        **fields: config attributes set last (`step_implementation`, `hidden_size`, ...).
+    """
+    config = load_fresh_config(ModelArguments(config_name=config_name, config_overrides=config_overrides))
+    config.update({"vocab_size": vocab_size, "char_vocab_size": char_vocab_size, "id2label": dict(enumerate(labels)),
+                   "label2id": {label: index for index, label in enumerate(labels)}})  # fmt: skip
+    if not dropout:
+        config.update({name: 0.0 for name in config.to_dict() if name.endswith("dropout")})
+    config.update(fields)
+    torch.manual_seed(0)
+    return make_model(config).train()
 
 
 def trainer_optimizer(model) -> torch.optim.Optimizer:

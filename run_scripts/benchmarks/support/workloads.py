@@ -1,13 +1,15 @@
 """What one timed call runs over: random full-length batches, and real training batches as the training scripts
-make them."""
+make them; and the random training batches of the benchmarks that count or replay training steps (`random_batch`)."""
 
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
+from modeling_slstm.validation import IGNORE_INDEX
 from run_scripts.training import data, gpu_batching
 
 
@@ -56,6 +58,42 @@ def parse_shape(shape: str) -> tuple[int, int]:
     except ValueError:
         raise ValueError(f"a shape is BATCHxLENGTH, e.g. 10x14, got {shape!r}") from None
     return batch, length
+
+
+def random_batch(model, batch: int, length: int, word_length: int, seed: int = 0, shortest: int | None = None,
+                 device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:  # fmt: skip
+    """A random training batch for `model` (its `config.vocab_size` and `config.char_vocab_size` bound the ids),
+    drawn from `seed`: `batch` sentences of token ids without special tokens, `length` tokens each or, from
+    `shortest` on, of lengths drawn between `shortest` and `length` (the first one `length`) and right padded (ids 0,
+    labels -100); character ids of `word_length` characters per word if the model reads them; labels per token for a
+    token classifier, else one per sentence.
+
+    Args:
+        model: an `SLSTMFor*` or baseline model over a random vocabulary (`random_vocabulary_model`).
+        batch (`int`), length (`int`): the batch's shape `(batch, length)`.
+        word_length (`int`): the characters per word of `char_ids` `(batch, length, word_length)`.
+        seed (`int`, *optional*, defaults to 0): the seed of the draws.
+        shortest (`int`, *optional*): the shortest sentence (default: every sentence `length` tokens, no padding).
+        device (`str` or `torch.device`, *optional*, defaults to `"cpu"`): where the tensors go.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    config = model.config
+    lengths = torch.full((batch,), length)
+    if shortest is not None:
+        lengths = torch.randint(shortest, length + 1, (batch,), generator=generator)
+        lengths[0] = length
+    mask = (torch.arange(length) < lengths[:, None]).long()  # (batch, length)
+    inputs = {"input_ids": torch.randint(4, config.vocab_size, (batch, length), generator=generator) * mask,
+              "attention_mask": mask}  # fmt: skip
+    if config.use_char_features:
+        chars = torch.randint(2, config.char_vocab_size, (batch, length, word_length), generator=generator)
+        inputs["char_ids"] = chars * mask[:, :, None]  # (batch, length, word_length)
+    if isinstance(model, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING.get(type(config), ())):
+        labels = torch.randint(config.num_labels, (batch, length), generator=generator)  # (batch, length)
+        inputs["labels"] = labels.masked_fill(mask == 0, IGNORE_INDEX)
+    else:
+        inputs["labels"] = torch.randint(config.num_labels, (batch,), generator=generator)  # (batch,)
+    return {name: tensor.to(device) for name, tensor in inputs.items()}
 
 
 def random_workload(batch: int, length: int) -> Workload:
