@@ -403,8 +403,11 @@ def compile_recurrence_step(step: SLSTMStateTransition, compile_kwargs: dict) ->
         compile_kwargs (`dict`): the arguments of `torch.compile` (`torch_compile_kwargs`).
     """
     logger.warning(
-        f"--torch_compile on a CPU: the S-LSTM's recurrence step is compiled alone, with {compile_kwargs}, in the "
-        "first training steps (and the first evaluation step); the rest of the model runs eagerly"
+        "--torch_compile without a CUDA GPU compiles the S-LSTM's recurrence step alone (the rest of the model runs "
+        f"eagerly; torch.compile arguments {compile_kwargs}). On a CPU it costs about 40 s of compiling in the first "
+        "training steps and again in the first evaluation step, and then trains at about eager's speed (the "
+        "paper's NER config on a 2-core AMD EPYC: docs/benchmarks.md, 'torch.compile on a CPU'). It pays on a CUDA "
+        "GPU (where the Trainer compiles the whole model), hardly on a CPU."
     )
     step.compile(**compile_kwargs)
 
