@@ -369,9 +369,9 @@ class HostComputedLambdaLR(torch.optim.lr_scheduler.LambdaLR):
 
 def recurrence_step_to_compile(model: torch.nn.Module | None, args) -> SLSTMStateTransition | None:
     """The module that `--torch_compile` compiles alone (`compile_recurrence_step`): the S-LSTM's state transition,
-    where the training device is not a CUDA GPU. `None` without `--torch_compile`, on CUDA (the fused recurrence runs
-    all steps as one custom operator there, inside the Trainer's whole-model compile) and for a model without an
-    S-LSTM step (the baseline encoders): the Trainer then compiles the whole model, if at all."""
+    where the training device is not a CUDA GPU. `None` without `--torch_compile`, on CUDA (where the Trainer's
+    whole-model compile was measured to pay, with the fused recurrence one custom operator in its graph) and for a
+    model without an S-LSTM step (the baseline encoders): the Trainer then compiles the whole model, if at all."""
     if model is None or not args.torch_compile or args.device.type == "cuda":
         return None
     transition = getattr(model.base_model, "transition", None)
@@ -381,8 +381,8 @@ def recurrence_step_to_compile(model: torch.nn.Module | None, args) -> SLSTMStat
 def torch_compile_kwargs(args) -> dict:
     """The `torch.compile` arguments of `--torch_compile_backend` and `--torch_compile_mode`, as the Trainer hands
     them to `accelerate`, with every tensor size of the step dynamic (`dynamic=True`): the batch width changes from
-    batch to batch, and the default (a first compile for fixed sizes, another once a size changes) would compile the
-    step twice more for every variant."""
+    batch to batch, and the default (a first compile for fixed sizes, another once a size changes) would compile each
+    variant of the step once more."""
     plugin = TorchDynamoPlugin(backend=args.torch_compile_backend, mode=args.torch_compile_mode, dynamic=True)
     return plugin.to_kwargs()
 
@@ -396,7 +396,8 @@ def compile_recurrence_step(step: SLSTMStateTransition, compile_kwargs: dict) ->
     generated C++ Inductor then compiles for minutes per batch shape on a CPU (the paper's NER config: tens of minutes
     for the first training step). The transition alone is one small graph, compiled once for every step and every
     batch width (`torch_compile_kwargs`): a few variants (the first step's cells need no gradient, evaluation none at
-    all), each compiled on its first call. The parameters keep their names, so checkpoints are those of an eager run.
+    all, a batch of one row has a size of 1, which Dynamo specialises), each compiled on its first call. The parameters
+    keep their names, so checkpoints are those of an eager run.
 
     Args:
         step (`SLSTMStateTransition`): the model's transition (`model.base_model.transition`).
@@ -405,7 +406,7 @@ def compile_recurrence_step(step: SLSTMStateTransition, compile_kwargs: dict) ->
     logger.warning(
         "--torch_compile without a CUDA GPU compiles the S-LSTM's recurrence step alone (the rest of the model runs "
         f"eagerly; torch.compile arguments {compile_kwargs}). On a CPU it costs about 40 s of compiling in the first "
-        "training steps and again in the first evaluation step, and then trains at about eager's speed (the "
+        "training steps and 10 s in the first evaluation step, and then trains at about eager's speed (the "
         "paper's NER config on a 2-core AMD EPYC: docs/benchmarks.md, 'torch.compile on a CPU'). It pays on a CUDA "
         "GPU (where the Trainer compiles the whole model), hardly on a CPU."
     )
