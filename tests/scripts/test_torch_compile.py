@@ -52,7 +52,7 @@ def logged_losses(run: SLSTMTrainer) -> list[float]:
     return [entry["loss"] for entry in run.state.log_history if "loss" in entry]
 
 
-def test_torch_compile_on_a_cpu_compiles_the_step_alone_and_trains_as_eager(tmp_path):
+def test_torch_compile_on_a_cpu_compiles_the_step_alone_and_trains_as_eager(tmp_path, caplog):
     """The losses and weights of 6 steps (5 batches of 2 rows, of 4 widths, then 1 row) are those of
     eager training. `aot_eager` traces the step's forward and backward through AOTAutograd, as Inductor does, and runs
     the traced operators: in torch 2.13 equal to eager's to the last bit; the tolerance of 1e-6 leaves room for a
@@ -62,6 +62,8 @@ def test_torch_compile_on_a_cpu_compiles_the_step_alone_and_trains_as_eager(tmp_
     model is wrapped whole; without `dynamic=True`, each new width compiles the step again."""
     eager = trained(tmp_path / "eager")
     run = trained(tmp_path / "compiled", torch_compile_backend="aot_eager")
+    warnings = [record.getMessage() for record in caplog.records if "--torch_compile" in record.getMessage()]
+    assert len(warnings) == 1 and "costs about" in warnings[0]  # once, with what it costs on a CPU
     step = run.model.slstm.transition
     assert step._compiled_call_impl is not None  # compiled in place: the parameters keep their names
     assert not isinstance(run.model_wrapped, torch._dynamo.eval_frame.OptimizedModule)  # the rest stays eager
