@@ -393,11 +393,12 @@ def compile_recurrence_step(step: SLSTMStateTransition, compile_kwargs: dict) ->
 
     Why not the whole model, as the Trainer's `--torch_compile` does: `SLSTMModel` calls the same transition
     `num_steps` times, and a whole-model compile unrolls them all, with the CRF's recursions, into one graph whose
-    generated C++ Inductor then compiles for minutes per batch shape on a CPU (the paper's NER config: tens of minutes
-    for the first training step). The transition alone is one small graph, compiled once for every step and every
-    batch width (`torch_compile_kwargs`): a few variants (the first step's cells need no gradient, evaluation none at
-    all, a batch of one row has a size of 1, which Dynamo specialises), each compiled on its first call. The parameters
-    keep their names, so checkpoints are those of an eager run.
+    generated C++ Inductor then compiles for minutes on a CPU, at the first batch and again (with dynamic sizes) at
+    the second (the paper's NER config on 2 cores: 161 s and 246 s, docs/benchmarks.md). The transition alone is one
+    small graph (about 40 s there), compiled once for every step and every batch width (`torch_compile_kwargs`): a
+    few variants (the first step's cells need no gradient, evaluation none at all, a batch of one row has a size of 1,
+    which Dynamo specialises), each compiled on its first call. The parameters keep their names, so checkpoints are
+    those of an eager run.
 
     Args:
         step (`SLSTMStateTransition`): the model's transition (`model.base_model.transition`).
