@@ -2,8 +2,9 @@
 
 It adds the paper's per-epoch exponential learning-rate decay and L2 regularisation, a length-grouped sampler that
 resumes exactly and token-budget batches (`--max_tokens_per_batch`, both in `samplers.py`), evaluation in the data's
-order, the S-LSTM model card (`model_card.py`) that `create_model_card` / `push_to_hub` write, and with
-`--cuda_graphs` whole training steps replayed from CUDA graphs (`graph_step.py`).
+order, the S-LSTM model card (`model_card.py`) that `create_model_card` / `push_to_hub` write, with
+`--cuda_graphs` whole training steps replayed from CUDA graphs (`graph_step.py`), and with `--torch_compile` off CUDA
+the recurrence step compiled alone (`compile_recurrence_step`).
 """
 
 import logging
@@ -12,12 +13,14 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from accelerate.utils import TorchDynamoPlugin
 from torch.utils.data import DataLoader
 from transformers import EarlyStoppingCallback, Trainer
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import seed_worker
 from transformers.training_args import OptimizerNames
 
+from modeling_slstm.modeling_slstm import SLSTMStateTransition
 from run_scripts.training.gpu_batching import StaticShapeBatches, is_bucket_shape
 from run_scripts.training.graph_step import (
     GraphSteppedOptimizer,
@@ -86,6 +89,9 @@ class SLSTMTrainer(Trainer):
         self.whole_step = None  # with --cuda_graphs: the run's `WholeStepGraphs`, made at its first training step
         self.whole_step_checked = False  # whether this run's first training step decided on `whole_step`
         self.graph_step_norm = None  # the gradient norm of the step a graph just made
+        step = recurrence_step_to_compile(self.model, self.args)
+        if step is not None:
+            compile_recurrence_step(step, torch_compile_kwargs(self.args))
 
     def train(self, *args, **kwargs):
         # Each run its own graphs: an earlier run's would replay the optimizer state it captured, which resuming
@@ -311,6 +317,15 @@ class SLSTMTrainer(Trainer):
     # - `_created_lr_scheduler` (set in `create_scheduler`): lets the Trainer rebuild our scheduler on a new `train()`;
     # - `_clip_grad_norm`, `_get_grad_norm`: after a whole-step graph (`training_step`), the norm it took before
     #   clipping, instead of clipping (again) the gradients that the graph has already used and released.
+    # - `_build_accelerator_args`: with `--torch_compile` off CUDA, no whole-model compile by the accelerator, whose
+    #   model `compile_recurrence_step` has compiled in part (`accelerate` would compile all of it again); observed by
+    #   tests/scripts/test_torch_compile.py.
+
+    def _build_accelerator_args(self, **kwargs) -> dict:
+        args = super()._build_accelerator_args(**kwargs)
+        if recurrence_step_to_compile(self.model, self.args) is not None:
+            args["dynamo_plugin"] = TorchDynamoPlugin(backend="no")
+        return args
 
     def _clip_grad_norm(self, model):
         return self.graph_step_norm if self.graph_step_norm is not None else super()._clip_grad_norm(model)
@@ -370,6 +385,53 @@ class HostComputedLambdaLR(torch.optim.lr_scheduler.LambdaLR):
 
     def get_last_lr(self) -> list[float]:
         return [base * factor(self.last_epoch) for factor, base in zip(self.lr_lambdas, self.base_lrs, strict=True)]
+
+
+def recurrence_step_to_compile(model: torch.nn.Module | None, args) -> SLSTMStateTransition | None:
+    """The module that `--torch_compile` compiles alone (`compile_recurrence_step`): the S-LSTM's state transition,
+    where the training device is not a CUDA GPU. `None` without `--torch_compile`, on CUDA (where the Trainer's
+    whole-model compile was measured to pay, with the fused recurrence one custom operator in its graph) and for a
+    model without an S-LSTM step (the baseline encoders): the Trainer then compiles the whole model, if at all."""
+    if model is None or not args.torch_compile or args.device.type == "cuda":
+        return None
+    transition = getattr(model.base_model, "transition", None)
+    return transition if isinstance(transition, SLSTMStateTransition) else None
+
+
+def torch_compile_kwargs(args) -> dict:
+    """The `torch.compile` arguments of `--torch_compile_backend` and `--torch_compile_mode`, as the Trainer hands
+    them to `accelerate`, with every tensor size of the step dynamic (`dynamic=True`): the batch width changes from
+    batch to batch, and the default (a first compile for fixed sizes, another once a size changes) would compile each
+    variant of the step once more."""
+    plugin = TorchDynamoPlugin(backend=args.torch_compile_backend, mode=args.torch_compile_mode, dynamic=True)
+    return plugin.to_kwargs()
+
+
+def compile_recurrence_step(step: SLSTMStateTransition, compile_kwargs: dict) -> None:
+    """Compiles the S-LSTM's state transition in place (`nn.Module.compile`), the rest of the model staying eager:
+    PyTorch's regional compilation of a repeated block.
+
+    Why not the whole model, as the Trainer's `--torch_compile` does: `SLSTMModel` calls the same transition
+    `num_steps` times, and a whole-model compile unrolls them all, with the CRF's recursions, into one graph whose
+    generated C++ Inductor then compiles for minutes on a CPU, at the first batch and again (with dynamic sizes) at
+    the second (the paper's NER config on 2 cores: 161 s and 246 s, docs/benchmarks.md). The transition alone is one
+    small graph (about 40 s there), compiled once for every step and every batch width (`torch_compile_kwargs`): a
+    few variants (the first step's cells need no gradient, evaluation none at all, a batch of one row has a size of 1,
+    which Dynamo specialises), each compiled on its first call. The parameters keep their names, so checkpoints are
+    those of an eager run.
+
+    Args:
+        step (`SLSTMStateTransition`): the model's transition (`model.base_model.transition`).
+        compile_kwargs (`dict`): the arguments of `torch.compile` (`torch_compile_kwargs`).
+    """
+    logger.warning(
+        "--torch_compile without a CUDA GPU compiles the S-LSTM's recurrence step alone (the rest of the model runs "
+        f"eagerly; torch.compile arguments {compile_kwargs}). On a CPU it costs about 40 s of compiling in the first "
+        "training steps and 10 s in the first evaluation step, and then trains at about eager's speed (the "
+        "paper's NER config on a 2-core AMD EPYC: docs/benchmarks.md, 'torch.compile on a CPU'). It pays on a CUDA "
+        "GPU (where the Trainer compiles the whole model), hardly on a CPU."
+    )
+    step.compile(**compile_kwargs)
 
 
 def capturable_options(groups: list[dict], optimizer_kwargs: dict, device: torch.device) -> tuple[list[dict], dict]:
