@@ -20,6 +20,7 @@ COMPILE_BOUNDS = {
     # The last step's backward has no gradient from a later step (`d_cells_ptr`, `d_output_states_ptr` are None, and
     # LATER_STEPS is False), every other step's has: two variants.
     "step_backward_kernel": 2,
+    "step_sums_kernel": 1,  # its sizes (the position blocks, the batch's) are left unspecialised
     "log_likelihood_forward_kernel": 1,
     "log_likelihood_backward_kernel": 1,
     "viterbi_kernel": 1,

@@ -412,19 +412,19 @@ def test_step_implementation_chooses_the_step(implementation, fused, device, mon
     assert launches == (["step_update"] * 3 if expected else [])
 
 
-D_INPUT_TERMS, LATER_STEPS, PRODUCT = 5, 6, 7  # positions in the arguments of `step_update_backward`
+D_INPUT_TERMS, LATER_STEPS, D_PRODUCT = 5, 6, 7  # positions in the arguments of `step_update_backward`
 
 
 def recorded_backward_launches(monkeypatch) -> list[tuple[list, list]]:
     """Records every launch of the fused step's backward kernel as `(arguments, results)`: its arguments as they came
-    (copies), and its returned gradients followed by `d_input_terms` and `product` as it wrote them."""
+    (copies), and its returned gradients followed by `d_input_terms` and `d_product` as it wrote them."""
     launches = []
     launch = triton_step.StepKernels.backward
 
     def recorded(kernels, *args):
         copies = [arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args]
         outputs = launch(kernels, *args)
-        launches.append((copies, [*outputs, args[D_INPUT_TERMS].clone(), args[PRODUCT].clone()]))
+        launches.append((copies, [*outputs, args[D_INPUT_TERMS].clone(), args[D_PRODUCT].clone()]))
         return outputs
 
     monkeypatch.setattr(triton_step.StepKernels, "backward", recorded)
@@ -433,7 +433,7 @@ def recorded_backward_launches(monkeypatch) -> list[tuple[list, list]]:
 
 @needs_triton
 def test_the_backward_operator_refuses_to_write_into_a_non_contiguous_tensor(device, monkeypatch):
-    """`step_update_backward` writes the product's gradient over `product` and adds that of `U x + b` into
+    """`step_update_backward` writes the product's gradient into `d_product` and adds that of `U x + b` into
     `d_input_terms`, as contiguous tensors. A direct caller's contiguous tensors get what the recurrence's own launch
     wrote; the same values in another layout (transposed) are refused by name, not written as if contiguous."""
     model = build(SLSTMModel, tiny_config(num_steps=2)).to(device)
@@ -454,11 +454,11 @@ def test_the_backward_operator_refuses_to_write_into_a_non_contiguous_tensor(dev
         if index is not None:
             fresh[index] = tensor
         outputs = triton_step.step_update_backward(*fresh, **options)
-        return [*outputs, fresh[D_INPUT_TERMS], fresh[PRODUCT]]
+        return [*outputs, fresh[D_INPUT_TERMS], fresh[D_PRODUCT]]
 
     for actual, wanted in zip(direct_call(), expected, strict=True):
         torch.testing.assert_close(actual, wanted, rtol=0, atol=0)
-    for name, index in (("d_input_terms", D_INPUT_TERMS), ("product", PRODUCT)):
+    for name, index in (("d_input_terms", D_INPUT_TERMS), ("d_product", D_PRODUCT)):
         transposed = arguments[index].transpose(0, 1).contiguous().transpose(0, 1)  # same values, another layout
         assert not transposed.is_contiguous() and torch.equal(transposed, arguments[index])
         with pytest.raises(ValueError, match=rf"^{name} must be contiguous \(the kernel writes it in place\)"):

@@ -33,7 +33,7 @@ from run_scripts import REPOSITORY_ROOT
 
 LAUNCHING_MODULES = {
     # module that launches kernels: (the module that defines them, their names)
-    triton_step: (triton_kernels, ("step_forward_kernel", "step_backward_kernel")),
+    triton_step: (triton_kernels, triton_kernels.STEP_KERNELS),
     triton_crf: (triton_crf, ("log_likelihood_forward_kernel", "log_likelihood_backward_kernel", "viterbi_kernel")),
 }
 KERNELS = {name: defining for defining, names in LAUNCHING_MODULES.values() for name in names}
