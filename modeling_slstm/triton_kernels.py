@@ -93,26 +93,22 @@ def _word_node(
 ):  # fmt: skip
     """Eq. 2 at `positions` `(BLOCK_S,)` (any integers: those outside `[0, seq)` read zeros) and `hidden_idx`
     `(BLOCK_H,)`: `(scores, gates, values, cell, output_gate, content)`, the first three `(BLOCK_S, GATES, BLOCK_H)`
-    (gate slots past the `2w + K + 2` normalised gates hold zero gates), the rest `(BLOCK_S, BLOCK_H)`."""
+    over every gate block a word's context feeds (`GATES >= CONTEXT_BLOCKS`; the slots past the `2w + K + 2`
+    normalised gates hold zero gates), the rest `(BLOCK_S, BLOCK_H)`."""
     normalized = 2 * WINDOW + NODES + 2
     gate = tl.arange(0, GATES)[None, :, None]
     position = positions[:, None]  # (BLOCK_S, 1)
     column = hidden_idx[None, :]  # (1, BLOCK_H)
     in_row = (position >= 0) & (position < seq) & (column < hidden)  # (BLOCK_S, BLOCK_H)
 
-    # The normalised gates' pre-activations, (BLOCK_S, GATES, BLOCK_H), then the output gate's and the content's.
+    # Every gate block's pre-activations in one tile (BLOCK_S, GATES, BLOCK_H): the normalised gates', the output
+    # gate's, the content's (one load per window block of the product, rather than one per tile).
     pre = _word_terms(
         product_ptr, input_terms_ptr, sentence_terms_ptr, position[:, :, None], gate * hidden + column[:, None, :],
-        in_row[:, None, :] & (gate < normalized), seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS,
+        in_row[:, None, :] & (gate < CONTEXT_BLOCKS), seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS,
     )  # fmt: skip
-    output_pre = _word_terms(
-        product_ptr, input_terms_ptr, sentence_terms_ptr, position, normalized * hidden + column, in_row, seq,
-        hidden, WINDOW, NODES, CONTEXT_BLOCKS,
-    )  # fmt: skip
-    content_pre = _word_terms(
-        product_ptr, input_terms_ptr, sentence_terms_ptr, position, (normalized + 1) * hidden + column, in_row, seq,
-        hidden, WINDOW, NODES, CONTEXT_BLOCKS,
-    )  # fmt: skip
+    output_pre = _slot(pre, normalized, GATES)
+    content_pre = _slot(pre, normalized + 1, GATES)
     if SIGMOID_SCORES:
         scores = tl.sigmoid(pre)
     else:
@@ -246,50 +242,41 @@ def _word_update_backward(
     column = hidden_idx[None, :]
     in_hidden = column < hidden
     stored = owned[:, None] & in_hidden  # (BLOCK_S, BLOCK_H)
+    gate = tl.arange(0, GATES)[None, :, None]
+    d_values = gates * d_cell[:, None, :]  # ∂L/∂value_k = gate_k ∂L/∂c, (BLOCK_S, GATES, BLOCK_H)
 
-    # ∂L/∂c_j^{t-1}: c_j^{t-1} is the value of window slot `slot` of word j + w - slot, whose ∂L/∂c^t times that
-    # gate it receives, from the row `w - slot` below in the tile.
-    d_prev = d_cell * _slot(gates, WINDOW, GATES)
+    # ∂L/∂c_j^{t-1}: c_j^{t-1} is the value of window slot `slot` of word j + w - slot, whose ∂L/∂value of that slot
+    # it receives, from the row `w - slot` below in the tile.
+    d_prev = _slot(d_values, WINDOW, GATES)
     for slot in tl.static_range(2 * WINDOW + 1):
         if slot != WINDOW:
-            d_prev += _shifted_rows(d_cell * _slot(gates, slot, GATES), WINDOW - slot)
+            d_prev += _shifted_rows(_slot(d_values, slot, GATES), WINDOW - slot)
     cell_offsets = position * hidden + column
     tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=stored)
+    d_content = _slot(d_values, normalized - 1, GATES) * (1.0 - content * content)
+    if NODES > 0:  # this block's part of the sums over positions of the sentence cells' ∂L/∂value
+        slot = tl.arange(0, GATES)[:, None]
+        node = slot - (2 * WINDOW + 1)
+        value_sums = tl.sum(tl.where(stored[:, None, :], d_values, 0.0), axis=0)  # (GATES, BLOCK_H)
+        tl.store(cells_partials_ptr + node * hidden + column, value_sums, mask=(node >= 0) & (node < NODES) & in_hidden)
 
     # Softmax backward with Σ_k gate_k value_k = cell: ∂L/∂score_k = gate_k ∂L/∂c (value_k - c).
-    d_scores = gates * d_cell[:, None, :] * (values - cell[:, None, :])
+    d_scores = d_values * (values - cell[:, None, :])
     if SIGMOID_SCORES:
         d_scores = d_scores * scores * (1.0 - scores)
     d_output = d_state * squashed * output_gate * (1.0 - output_gate)
-    d_content = d_cell * _slot(gates, normalized - 1, GATES) * (1.0 - content * content)
-    gate = tl.arange(0, GATES)[None, :, None]
-    gate_mask = stored[:, None, :] & (gate < normalized)
-    _store_word_gradient(
-        d_product_ptr, d_input_terms_ptr, d_scores, position[:, :, None], gate * hidden + column[:, None, :],
-        gate_mask, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
-    )  # fmt: skip
-    _store_word_gradient(
-        d_product_ptr, d_input_terms_ptr, d_output, position, normalized * hidden + column, stored, seq, hidden,
-        WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
-    )  # fmt: skip
-    _store_word_gradient(
-        d_product_ptr, d_input_terms_ptr, d_content, position, (normalized + 1) * hidden + column, stored, seq,
-        hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
-    )  # fmt: skip
-
-    if NODES > 0:  # this block's sums over its owned positions
+    # The gradient of every gate block's pre-activations, (BLOCK_S, GATES, BLOCK_H), as `_word_node` reads them.
+    d_pre = tl.where(gate == normalized, d_output[:, None, :], d_scores)
+    d_pre = tl.where(gate == normalized + 1, d_content[:, None, :], d_pre)
+    block_mask = stored[:, None, :] & (gate < CONTEXT_BLOCKS)
+    if NODES > 0:  # this block's part of the sum over positions of the V γ block of the sentence terms' gradient
         slot = tl.arange(0, GATES)[:, None]
-        gate_sums = tl.sum(tl.where(gate_mask, d_scores, 0.0), axis=0)  # (GATES, BLOCK_H)
-        tl.store(terms_partials_ptr + slot * hidden + column, gate_sums, mask=(slot < normalized) & in_hidden)
-        output_offsets = normalized * hidden + hidden_idx
-        output_sum = tl.sum(tl.where(stored, d_output, 0.0), axis=0)
-        tl.store(terms_partials_ptr + output_offsets, output_sum, mask=hidden_idx < hidden)
-        content_sum = tl.sum(tl.where(stored, d_content, 0.0), axis=0)
-        tl.store(terms_partials_ptr + output_offsets + hidden, content_sum, mask=hidden_idx < hidden)
-        value_sums = tl.sum(tl.where(stored[:, None, :], gates * d_cell[:, None, :], 0.0), axis=0)
-        node = slot - (2 * WINDOW + 1)
-        node_mask = (node >= 0) & (node < NODES) & in_hidden
-        tl.store(cells_partials_ptr + node * hidden + column, value_sums, mask=node_mask)
+        pre_sums = tl.sum(tl.where(block_mask, d_pre, 0.0), axis=0)  # (GATES, BLOCK_H)
+        tl.store(terms_partials_ptr + slot * hidden + column, pre_sums, mask=(slot < CONTEXT_BLOCKS) & in_hidden)
+    _store_word_gradient(
+        d_product_ptr, d_input_terms_ptr, d_pre, position[:, :, None], gate * hidden + column[:, None, :],
+        block_mask, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -625,20 +612,25 @@ class KernelTiles:
     length: each length would otherwise compile the kernels anew (`benchmark_compiles.py` counts the compiles).
 
     Args:
-        values_per_tile (`int`, defaults to 4096): about how many values a `(BLOCK_S, slots, BLOCK_H)` tile holds, so
-            that it stays in registers.
+        values_per_tile (`int`, defaults to 2048): about how many values a `(BLOCK_S, slots, BLOCK_H)` tile of the
+            forward holds, so that its live tiles stay in registers: at 2048, 16 values a thread with 4 warps
+            (compiled for sm_90, the paper configuration's forward takes about 100 registers a thread, no spills).
         max_block_h (`int`, defaults to 32): the widest hidden block.
         num_warps (`int`, defaults to 4): warps per program (Triton's default).
         max_block_s (`int`, defaults to 32): the longest position block. A block holds this many positions whatever
             the sentences' length (masked past their end), so a longer one would mostly compute padding on short
             sentences (CoNLL-2003 batches are 8-24 positions wide); 32 keeps the sentence bodies, whose tiles hold
             one slot per node, to a few loop passes on long ones.
+        backward_values_per_tile (`int`, defaults to 1024): the same for the backward's tiles, which keep more of
+            them live (the gates, their gradients, what the forward recomputed): half the forward's, so that its
+            programs too fit in 128 registers a thread.
     """
 
-    values_per_tile: int = 4096
+    values_per_tile: int = 2048
     max_block_h: int = 32
     num_warps: int = 4
     max_block_s: int = 32
+    backward_values_per_tile: int = 1024
 
 
 GPU_TILES = KernelTiles()
@@ -652,14 +644,15 @@ def use_tiles(tiles: KernelTiles, in_the_interpreter: bool = False):
     GPU_TILES, TILE_IN_THE_INTERPRETER = tiles, in_the_interpreter
 
 
-def tile_options(seq: int, hidden: int, slots: int) -> dict[str, int]:
+def tile_options(seq: int, hidden: int, slots: int, backward: bool = False) -> dict[str, int]:
     """The launch options `BLOCK_S`, `BLOCK_H` (tiles `(BLOCK_S, slots, BLOCK_H)`) and `num_warps`: on a GPU as
-    `GPU_TILES` says, the same for every `seq` (one compile of each kernel for all lengths); in the interpreter,
-    which compiles nothing and pays per program and per operation rather than per value, all of a sentence at once
-    (unless `use_tiles` says otherwise)."""
+    `GPU_TILES` says (its backward tiles with `backward`), the same for every `seq` (one compile of each kernel for
+    all lengths); in the interpreter, which compiles nothing and pays per program and per operation rather than per
+    value, all of a sentence at once (unless `use_tiles` says otherwise)."""
     block_h = triton.next_power_of_2(hidden)
     if KERNELS_INTERPRETED and not TILE_IN_THE_INTERPRETER:
         return {"BLOCK_S": triton.next_power_of_2(seq), "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
+    values = GPU_TILES.backward_values_per_tile if backward else GPU_TILES.values_per_tile
     block_h = min(block_h, GPU_TILES.max_block_h)
-    block_s = max(1, min(GPU_TILES.max_block_s, GPU_TILES.values_per_tile // (slots * block_h)))
+    block_s = max(1, min(GPU_TILES.max_block_s, values // (slots * block_h)))
     return {"BLOCK_S": block_s, "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}

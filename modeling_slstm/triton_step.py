@@ -100,7 +100,7 @@ class StepKernels:
 
     def __init__(self, batch: int, seq: int, hidden: int, nodes: int, window_size: int, sigmoid_scores: bool):
         self.nodes = nodes
-        gates, nodes_p = next_power_of_2(2 * window_size + nodes + 2), next_power_of_2(max(nodes, 1))
+        gates, nodes_p = next_power_of_2(2 * window_size + nodes + 4), next_power_of_2(max(nodes, 1))
         word_tiles, sentence_tiles = tile_options(seq, hidden, gates), tile_options(seq, hidden, nodes_p)
         shared = {
             "seq": seq,
@@ -108,7 +108,7 @@ class StepKernels:
             "WINDOW": window_size,
             "NODES": nodes,
             "NODES_P": nodes_p,
-            "CONTEXT_BLOCKS": 2 * window_size + nodes + 4,  # the normalised gates, o and u
+            "CONTEXT_BLOCKS": 2 * window_size + nodes + 4,  # the normalised gates, o and u: the slots of a tile
             "GATES": gates,
             "SIGMOID_SCORES": sigmoid_scores,
             "num_warps": word_tiles["num_warps"],
@@ -121,13 +121,14 @@ class StepKernels:
             "SENTENCE_BLOCK_H": sentence_tiles["BLOCK_H"],
         }
         # The backward's tile holds w halo rows on each side of the rows it owns, and at least as many owned rows.
-        backward_block_s = max(word_tiles["BLOCK_S"], next_power_of_2(4 * window_size))
-        self.backward_options = {**shared, "BLOCK_S": backward_block_s, "BLOCK_H": word_tiles["BLOCK_H"]}
+        backward_tiles = tile_options(seq, hidden, gates, backward=True)
+        backward_block_s = max(backward_tiles["BLOCK_S"], next_power_of_2(4 * window_size))
+        self.backward_options = {**shared, "BLOCK_S": backward_block_s, "BLOCK_H": backward_tiles["BLOCK_H"]}
         word_hidden_blocks = -(-hidden // word_tiles["BLOCK_H"])
         sentence_programs = -(-hidden // sentence_tiles["BLOCK_H"]) if nodes else 0
         self.forward_grid = (batch, sentence_programs + -(-seq // word_tiles["BLOCK_S"]) * word_hidden_blocks)
         self.position_blocks = -(-seq // (backward_block_s - 2 * window_size))
-        self.backward_grid = (batch, self.position_blocks * word_hidden_blocks)
+        self.backward_grid = (batch, self.position_blocks * -(-hidden // backward_tiles["BLOCK_H"]))
         # The partial sums per position block, with sentence nodes: the sentence terms' gradient (batch, W), then
         # the two parts of c_g^{t-1}'s (2, batch, K, H).
         self.sentence_gradients_size = batch * (2 * window_size + 4 * nodes + 4) * hidden + 2 * batch * nodes * hidden

@@ -378,8 +378,8 @@ def test_left_padding_longer_than_a_position_block():
     seq, padding = 6, 5
     mask = torch.arange(seq) >= torch.tensor([[0], [padding]])  # (batch, seq): 6 and 1 real words, left-padded
     embeds = torch.randn(2, seq, config.embedding_dim, generator=torch.Generator().manual_seed(4))
-    with kernel_tiles(values_per_tile=64, max_block_h=4):
-        word_slots = triton_step.next_power_of_2(2 * config.window_size + config.num_sentence_nodes + 2)
+    with kernel_tiles(values_per_tile=128, max_block_h=4, max_block_s=4):
+        word_slots = triton_step.next_power_of_2(2 * config.window_size + config.num_sentence_nodes + 4)
         word_block = triton_kernels.tile_options(seq, config.hidden_size, word_slots)["BLOCK_S"]
         sentence_block = triton_kernels.tile_options(seq, config.hidden_size, config.num_sentence_nodes)["BLOCK_S"]
         assert (word_block, sentence_block) == (2, 4) and padding > sentence_block
