@@ -216,16 +216,16 @@ def _shifted_rows(x, SHIFT: tl.constexpr):
 @triton.jit
 def _word_update_backward(
     d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr,
-    sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, terms_partials_ptr, cells_partials_ptr,
-    d_prev_cells_ptr, positions, owned, hidden_idx, seq, hidden, cells_part, WINDOW: tl.constexpr,
-    NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
-    LATER_STEPS: tl.constexpr,
+    sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, d_prev_cells_ptr, positions, owned, hidden_idx,
+    seq, hidden, cells_part, WINDOW: tl.constexpr, NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
+    GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr,
 ):  # fmt: skip
     """Gradients of Eq. 2 at the `owned` rows of `positions` `(BLOCK_S,)` and at `hidden_idx` `(BLOCK_H,)`: the
     window blocks of the product's gradient (of `W_d h_j`, at the rows they were read from, into `d_product_ptr`),
-    `d_input_terms` (of `U x_i + b`, added to the later steps' with `LATER_STEPS`), `d_prev_cells` (of `c^{t-1}`),
-    and this position block's part of the sums over positions: of the `V γ` block of the sentence terms
-    (`terms_partials_ptr`) and of `c_g^{t-1}` through the words (`cells_partials_ptr`).
+    `d_input_terms` (of `U x_i + b`, added to the later steps' with `LATER_STEPS`), `d_prev_cells` (of `c^{t-1}`);
+    returns the tile's part of two sums over positions, `(GATES, BLOCK_H)` each: of every gate block's
+    pre-activations (the gradient of the `V γ` block of the sentence terms) and of the values' (that of `c_g^{t-1}`
+    through the words, at the sentence nodes' slots).
 
     `c_j^{t-1}` is read by the `2w + 1` words around `j`, so the tile's `w` rows on each side of the owned ones are
     halo rows: recomputed (Eq. 2 again, from the product) for their `∂L/∂c^t` and gates, never stored."""
@@ -254,11 +254,7 @@ def _word_update_backward(
     cell_offsets = position * hidden + column
     tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=stored)
     d_content = _slot(d_values, normalized - 1, GATES) * (1.0 - content * content)
-    if NODES > 0:  # this block's part of the sums over positions of the sentence cells' ∂L/∂value
-        slot = tl.arange(0, GATES)[:, None]
-        node = slot - (2 * WINDOW + 1)
-        value_sums = tl.sum(tl.where(stored[:, None, :], d_values, 0.0), axis=0)  # (GATES, BLOCK_H)
-        tl.store(cells_partials_ptr + node * hidden + column, value_sums, mask=(node >= 0) & (node < NODES) & in_hidden)
+    value_sums = tl.sum(tl.where(stored[:, None, :], d_values, 0.0), axis=0)  # (GATES, BLOCK_H)
 
     # Softmax backward with Σ_k gate_k value_k = cell: ∂L/∂score_k = gate_k ∂L/∂c (value_k - c).
     d_scores = d_values * (values - cell[:, None, :])
@@ -269,14 +265,11 @@ def _word_update_backward(
     d_pre = tl.where(gate == normalized, d_output[:, None, :], d_scores)
     d_pre = tl.where(gate == normalized + 1, d_content[:, None, :], d_pre)
     block_mask = stored[:, None, :] & (gate < CONTEXT_BLOCKS)
-    if NODES > 0:  # this block's part of the sum over positions of the V γ block of the sentence terms' gradient
-        slot = tl.arange(0, GATES)[:, None]
-        pre_sums = tl.sum(tl.where(block_mask, d_pre, 0.0), axis=0)  # (GATES, BLOCK_H)
-        tl.store(terms_partials_ptr + slot * hidden + column, pre_sums, mask=(slot < CONTEXT_BLOCKS) & in_hidden)
     _store_word_gradient(
         d_product_ptr, d_input_terms_ptr, d_pre, position[:, :, None], gate * hidden + column[:, None, :],
         block_mask, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
     )  # fmt: skip
+    return tl.sum(tl.where(block_mask, d_pre, 0.0), axis=0), value_sums
 
 
 @triton.jit
@@ -389,23 +382,15 @@ def _sentence_update_forward(
 
 
 @triton.jit
-def _sentence_update_backward(
-    d_states_ptr, d_cells_ptr, forget_ptr, d_forget_ptr, product_width, gate_terms_ptr, cells_ptr, sentence_cells_ptr,
-    mask_ptr, lengths_ptr, statistics_ptr, gate_partials_ptr, cells_partials_ptr, d_prev_cells_ptr, positions, first,
-    hidden_idx, seq, hidden, sentence_cells_part, cells_partials_part, NODES: tl.constexpr, NODES_P: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr,
+def _sentence_cell_gradients(
+    d_states_ptr, d_cells_ptr, sentence_cells_ptr, statistics_ptr, node_offsets, valid, hidden, sentence_cells_part,
+    NODES: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
 ):  # fmt: skip
-    """Gradients of Eq. 3 for all sentence nodes at `positions` `(BLOCK_S,)` (a block; rows at `seq` or beyond
-    are left out) and `hidden_idx` `(BLOCK_H,)`, from those of `g^t` and `c_g^t` (none after the last step; its parts
-    through the next step's words and, at `sentence_cells_part`, its sentence nodes) and the statistics the forward
-    saved: the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks of the product's gradient from `d_forget_ptr` on (the last two
-    `1/n` of the keep and output gates' at real positions), the sentence cells' part of `d_prev_cells` (of
-    `c^{t-1}`), and this block's part of the sums over positions: the `W_f γ + b_f`, keep and output blocks of
-    `d_sentence_terms` (`gate_partials_ptr`) and `c_g^{t-1}`'s gradient through the sentence nodes (at
-    `cells_partials_part` from `cells_partials_ptr`). The last two and the keep and output gates' do not depend on
-    positions: the `first` block holds them, the others zero."""
-    node, column, valid, node_offsets = _node_tile(hidden_idx, hidden, NODES, NODES_P)
-    forget_terms, _, _ = _sentence_terms(gate_terms_ptr, node_offsets, valid, hidden, NODES)
+    """What the gradients of Eq. 3 at every position need, on a `_node_tile`: from those of `g^t` and `c_g^t` (none
+    after the last step; its parts through the next step's words and, at `sentence_cells_part`, its sentence nodes)
+    and the statistics the forward saved, `(cell, log_normalizer, d_cell, keep_weight, d_keep, d_output)`: `c_g^t`,
+    the log of its softmax's normaliser, `∂L/∂c_g^t`, the keep gate `f_g`, and the gradients of the keep and output
+    gates' pre-activations."""
     statistic = NODES * hidden
     cell = tl.load(statistics_ptr + node_offsets, mask=valid, other=0.0)
     log_normalizer = tl.load(statistics_ptr + statistic + node_offsets, mask=valid, other=0.0)
@@ -423,8 +408,22 @@ def _sentence_update_backward(
     if SIGMOID_SCORES:
         d_keep = d_keep * keep_score * (1.0 - keep_score)
     d_output = d_state * squashed * output_gate * (1.0 - output_gate)
-    length = tl.load(lengths_ptr)
+    return cell, log_normalizer, d_cell, d_keep, d_output, keep_weight
 
+
+@triton.jit
+def _sentence_update_backward(
+    forget_ptr, d_forget_ptr, product_width, forget_terms, cells_ptr, mask_ptr, d_prev_cells_ptr, cell,
+    log_normalizer, d_cell, d_keep, d_output, length, positions, hidden_idx, seq, hidden, NODES: tl.constexpr,
+    NODES_P: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
+):  # fmt: skip
+    """Gradients of Eq. 3 for all sentence nodes at `positions` `(BLOCK_S,)` (rows at `seq` or beyond are left out)
+    and `hidden_idx` `(BLOCK_H,)`, from `_sentence_cell_gradients`' and `W_f γ + b_f` (`forget_terms`) on a
+    `_node_tile`: the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks of the product's gradient from `d_forget_ptr` on (the last
+    two `1/n` of the keep and output gates' at real positions; `forget_ptr` points to the product's `U_f h` block),
+    and the sentence nodes' part of `d_prev_cells` (of `c^{t-1}`); returns the tile's part of the sum over positions
+    of the forget scores' gradient (that of `W_f γ + b_f`), `(NODES_P, BLOCK_H)`."""
+    node, column, valid, node_offsets = _node_tile(hidden_idx, hidden, NODES, NODES_P)
     scores, masked_scores, real = _position_scores(
         forget_ptr, product_width, forget_terms, mask_ptr, positions, node, column, seq, hidden, NODES,
         SIGMOID_SCORES,
@@ -448,12 +447,7 @@ def _sentence_update_backward(
     in_row = (positions[:, None] < seq) & (column < hidden)
     cell_offsets = positions[:, None] * hidden + column
     tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_row)
-
-    tl.store(gate_partials_ptr + node_offsets, tl.sum(tl.where(in_seq, d_scores, 0.0), axis=0), mask=valid)
-    tl.store(gate_partials_ptr + NODES * hidden + node_offsets, tl.where(first, d_keep, 0.0), mask=valid)
-    tl.store(gate_partials_ptr + 2 * NODES * hidden + node_offsets, tl.where(first, d_output, 0.0), mask=valid)
-    own_cell = tl.where(first, d_cell * keep_weight, 0.0)
-    tl.store(cells_partials_ptr + cells_partials_part + node_offsets, own_cell, mask=valid)
+    return tl.sum(tl.where(in_seq, d_scores, 0.0), axis=0)
 
 
 @triton.jit(do_not_specialize=RUN_TIME_SIZES)
@@ -513,29 +507,27 @@ def step_backward_kernel(
     d_product_ptr, d_input_terms_ptr, partials_ptr, d_prev_cells_ptr, seq, hidden, WINDOW: tl.constexpr,
     NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr,
     SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr,
+    TILES: tl.constexpr,
 ):  # fmt: skip
-    """The gradients of one step in one launch, as parallel as the forward: program `(b, p)` takes a block of
-    `BLOCK_S - 2w` positions (its owned rows, `w` halo rows on each side of them in its tile) and `BLOCK_H` hidden
-    units of sentence `b` while `p` counts them, position blocks outer, and runs `_word_update_backward` and
-    `_sentence_update_backward` on them. Every output element has one writer: the product's gradient
-    (`d_product_ptr`, a tensor of its own, so nothing orders the reads of the product before the writes), `U x + b`'s
-    (`d_input_terms_ptr`), the two parts of `c^{t-1}`'s (`d_prev_cells_ptr`: through the words, through the sentence
-    nodes), and with sentence nodes each position block's partial sums of the gradients of the sentence terms and of
-    `c_g^{t-1}` (`partials_ptr`, `(position blocks, batch·W + 2·batch·K·H)`: the sentence terms' `(batch, W)`, then
-    `c_g^{t-1}`'s parts `(2, batch, K, H)`), which `step_sums_kernel` adds up in a fixed order. The previous step's
-    launch sums the parts of the cells' gradients as it reads them (`d_cells_ptr`, `d_sentence_cells_ptr`; absent
-    after the last step)."""
+    """The gradients of one step in one launch, as parallel as the forward: program `(b, p)` takes a position block
+    of `TILES` tiles of `BLOCK_S - 2w` positions each (a tile's owned rows, with `w` halo rows on each side of them)
+    and `BLOCK_H` hidden units of sentence `b` while `p` counts them, position blocks outer, and runs
+    `_word_update_backward` and `_sentence_update_backward` on each tile: a fixed number of passes whatever the
+    sentence's length. Every output element has one writer: the product's gradient (`d_product_ptr`, a tensor of its
+    own, so nothing orders the reads of the product before the writes), `U x + b`'s (`d_input_terms_ptr`), the two
+    parts of `c^{t-1}`'s (`d_prev_cells_ptr`: through the words, through the sentence nodes), and with sentence nodes
+    each position block's partial sums of the gradients of the sentence terms and of `c_g^{t-1}` (`partials_ptr`,
+    `(position blocks, batch·W + 2·batch·K·H)`: the sentence terms' `(batch, W)`, then `c_g^{t-1}`'s parts
+    `(2, batch, K, H)`; what does not depend on the positions is in block 0's, zeros in the others'), which
+    `step_sums_kernel` adds up in a fixed order. The previous step's launch sums the parts of the cells' gradients as
+    it reads them (`d_cells_ptr`, `d_sentence_cells_ptr`; absent after the last step)."""
     b = tl.program_id(0).to(tl.int64)
     program = tl.program_id(1)
     batch = tl.num_programs(0).to(tl.int64)
     product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
     cells_part = batch * seq * hidden  # from part 0 to part 1 of a gradient of the word cells
-    sentence_cells_part = batch * NODES * hidden  # and of the sentence cells
     hidden_blocks = tl.cdiv(hidden, BLOCK_H)
     block = program // hidden_blocks
-    rows = tl.arange(0, BLOCK_S)
-    positions = block * (BLOCK_S - 2 * WINDOW) + rows - WINDOW
-    owned = (rows >= WINDOW) & (rows < BLOCK_S - WINDOW) & (positions < seq)
     hidden_idx = (program % hidden_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
     # Sentence b's rows of every tensor.
     d_states_ptr += b * seq * hidden
@@ -550,35 +542,70 @@ def step_backward_kernel(
     mask_ptr += b * seq
     d_input_terms_ptr += b * seq * CONTEXT_BLOCKS * hidden
     d_prev_cells_ptr += b * seq * hidden
-    terms_partials_ptr = partials_ptr
-    cells_partials_ptr = partials_ptr
+    forget_column = (2 * WINDOW + 1) * CONTEXT_BLOCKS * hidden  # where U_f h starts in a product row
+    sentence_column = CONTEXT_BLOCKS * hidden  # where W_f γ + b_f starts in the sentence terms
     if NODES > 0:
+        d_sentence_states_ptr += b * NODES * hidden
+        if d_sentence_cells_ptr is not None:
+            d_sentence_cells_ptr += b * NODES * hidden
+        sentence_terms_ptr += b * (CONTEXT_BLOCKS + 3 * NODES) * hidden
+        sentence_cells_ptr += b * NODES * hidden
+        statistics_ptr += b * 4 * NODES * hidden
+        node, column, valid, node_offsets = _node_tile(hidden_idx, hidden, NODES, NODES_P)
+        forget_terms, _, _ = _sentence_terms(sentence_terms_ptr + sentence_column, node_offsets, valid, hidden, NODES)
+        cell, log_normalizer, d_cell, d_keep, d_output, keep_weight = _sentence_cell_gradients(
+            d_sentence_states_ptr, d_sentence_cells_ptr, sentence_cells_ptr, statistics_ptr, node_offsets, valid,
+            hidden, batch * NODES * hidden, NODES, SIGMOID_SCORES,
+        )  # fmt: skip
+        length = tl.load(lengths_ptr + b)
+
+    pre_sums = tl.zeros([GATES, BLOCK_H], dtype=tl.float32)  # Σ over the block's positions
+    value_sums = tl.zeros([GATES, BLOCK_H], dtype=tl.float32)
+    forget_sums = tl.zeros([NODES_P, BLOCK_H], dtype=tl.float32)
+    rows = tl.arange(0, BLOCK_S)
+    tile = 0
+    while tile < TILES:
+        first_owned = (block * TILES + tile) * (BLOCK_S - 2 * WINDOW)
+        if first_owned < seq:
+            positions = first_owned - WINDOW + rows
+            owned = (rows >= WINDOW) & (rows < BLOCK_S - WINDOW) & (positions < seq)
+            tile_pre_sums, tile_value_sums = _word_update_backward(
+                d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr,
+                cells_ptr, sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, d_prev_cells_ptr,
+                positions, owned, hidden_idx, seq, hidden, cells_part, WINDOW, NODES, CONTEXT_BLOCKS, GATES,
+                SIGMOID_SCORES, LATER_STEPS,
+            )  # fmt: skip
+            pre_sums += tile_pre_sums
+            value_sums += tile_value_sums
+            if NODES > 0:
+                forget_sums += _sentence_update_backward(
+                    product_ptr + forget_column, d_product_ptr + forget_column, product_width, forget_terms,
+                    cells_ptr, mask_ptr, d_prev_cells_ptr + cells_part, cell, log_normalizer, d_cell, d_keep,
+                    d_output, length, tl.where(owned, positions, seq), hidden_idx, seq, hidden, NODES, NODES_P,
+                    SIGMOID_SCORES,
+                )  # fmt: skip
+        tile += 1
+
+    if NODES > 0:  # the block's partial sums
         sentence_width = (CONTEXT_BLOCKS + 3 * NODES) * hidden
         block_partials_ptr = partials_ptr + block * batch * (sentence_width + 2 * NODES * hidden)
         terms_partials_ptr = block_partials_ptr + b * sentence_width
         cells_partials_ptr = block_partials_ptr + batch * sentence_width + b * NODES * hidden
-        d_sentence_states_ptr += b * NODES * hidden
-        if d_sentence_cells_ptr is not None:
-            d_sentence_cells_ptr += b * NODES * hidden
-        sentence_terms_ptr += b * sentence_width
-        sentence_cells_ptr += b * NODES * hidden
-        statistics_ptr += b * 4 * NODES * hidden
-    _word_update_backward(
-        d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr,
-        sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, terms_partials_ptr, cells_partials_ptr,
-        d_prev_cells_ptr, positions, owned, hidden_idx, seq, hidden, cells_part, WINDOW, NODES, CONTEXT_BLOCKS, GATES,
-        SIGMOID_SCORES, LATER_STEPS,
-    )  # fmt: skip
-    if NODES > 0:
-        forget_column = (2 * WINDOW + 1) * CONTEXT_BLOCKS * hidden  # where U_f h starts in a product row
-        sentence_column = CONTEXT_BLOCKS * hidden  # where W_f γ + b_f starts in the sentence terms
-        _sentence_update_backward(
-            d_sentence_states_ptr, d_sentence_cells_ptr, product_ptr + forget_column, d_product_ptr + forget_column,
-            product_width, sentence_terms_ptr + sentence_column, cells_ptr, sentence_cells_ptr, mask_ptr,
-            lengths_ptr + b, statistics_ptr, terms_partials_ptr + sentence_column, cells_partials_ptr,
-            d_prev_cells_ptr + cells_part, tl.where(owned, positions, seq), block == 0, hidden_idx, seq, hidden,
-            sentence_cells_part, batch * NODES * hidden, NODES, NODES_P, SIGMOID_SCORES,
-        )  # fmt: skip
+        slot = tl.arange(0, GATES)[:, None]
+        in_hidden = hidden_idx[None, :] < hidden
+        slot_offsets = slot * hidden + hidden_idx[None, :]
+        tl.store(terms_partials_ptr + slot_offsets, pre_sums, mask=(slot < CONTEXT_BLOCKS) & in_hidden)
+        tl.store(terms_partials_ptr + sentence_column + node_offsets, forget_sums, mask=valid)
+        first = block == 0
+        keep_offsets = sentence_column + NODES * hidden + node_offsets
+        tl.store(terms_partials_ptr + keep_offsets, tl.where(first, d_keep, 0.0), mask=valid)
+        tl.store(terms_partials_ptr + keep_offsets + NODES * hidden, tl.where(first, d_output, 0.0), mask=valid)
+        # c_g^{t-1}'s through the words (the values at the sentence nodes' slots), then through the sentence nodes
+        node_slot = slot - (2 * WINDOW + 1)
+        node_mask = (node_slot >= 0) & (node_slot < NODES) & in_hidden
+        tl.store(cells_partials_ptr + slot_offsets - (2 * WINDOW + 1) * hidden, value_sums, mask=node_mask)
+        own_cell = tl.where(first, d_cell * keep_weight, 0.0)
+        tl.store(cells_partials_ptr + batch * NODES * hidden + node_offsets, own_cell, mask=valid)
 
 
 @triton.jit(do_not_specialize=("blocks", "terms_size", "size"))
@@ -624,6 +651,14 @@ class KernelTiles:
         backward_values_per_tile (`int`, defaults to 1024): the same for the backward's tiles, which keep more of
             them live (the gates, their gradients, what the forward recomputed): half the forward's, so that its
             programs too fit in 128 registers a thread.
+        backward_max_block_h (`int`, defaults to 16): the backward's widest hidden block. Narrower than the
+            forward's, so that its tiles are taller: each recomputes `2w` halo rows (at 8 rows and window 1, a
+            quarter of its rows; at 4, half).
+        backward_tiles_per_program (`int`, defaults to 1): how many tiles of positions a backward program takes,
+            one after another (the same number at any length): its position block, over which it sums the
+            gradients of the sentence terms before writing them (float32, one row of partial sums per block). More
+            tiles, fewer partial sums to write and add up, but the loop keeps more registers live (the paper
+            configuration's backward: 128 registers at 1, over 200 at 2).
     """
 
     values_per_tile: int = 2048
@@ -631,6 +666,8 @@ class KernelTiles:
     num_warps: int = 4
     max_block_s: int = 32
     backward_values_per_tile: int = 1024
+    backward_max_block_h: int = 16
+    backward_tiles_per_program: int = 1
 
 
 GPU_TILES = KernelTiles()
@@ -645,14 +682,16 @@ def use_tiles(tiles: KernelTiles, in_the_interpreter: bool = False):
 
 
 def tile_options(seq: int, hidden: int, slots: int, backward: bool = False) -> dict[str, int]:
-    """The launch options `BLOCK_S`, `BLOCK_H` (tiles `(BLOCK_S, slots, BLOCK_H)`) and `num_warps`: on a GPU as
-    `GPU_TILES` says (its backward tiles with `backward`), the same for every `seq` (one compile of each kernel for
-    all lengths); in the interpreter, which compiles nothing and pays per program and per operation rather than per
-    value, all of a sentence at once (unless `use_tiles` says otherwise)."""
+    """The launch options `BLOCK_S`, `BLOCK_H` (tiles `(BLOCK_S, slots, BLOCK_H)`) and `num_warps`, and with
+    `backward` the backward's tiles and its `TILES` per program: on a GPU as `GPU_TILES` says, the same for every
+    `seq` (one compile of each kernel for all lengths); in the interpreter, which compiles nothing and pays per
+    program and per operation rather than per value, all of a sentence at once (unless `use_tiles` says otherwise)."""
     block_h = triton.next_power_of_2(hidden)
     if KERNELS_INTERPRETED and not TILE_IN_THE_INTERPRETER:
-        return {"BLOCK_S": triton.next_power_of_2(seq), "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
+        options = {"BLOCK_S": triton.next_power_of_2(seq), "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
+        return {**options, "TILES": 1} if backward else options
     values = GPU_TILES.backward_values_per_tile if backward else GPU_TILES.values_per_tile
-    block_h = min(block_h, GPU_TILES.max_block_h)
+    block_h = min(block_h, GPU_TILES.backward_max_block_h if backward else GPU_TILES.max_block_h)
     block_s = max(1, min(GPU_TILES.max_block_s, values // (slots * block_h)))
-    return {"BLOCK_S": block_s, "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
+    options = {"BLOCK_S": block_s, "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
+    return {**options, "TILES": GPU_TILES.backward_tiles_per_program} if backward else options

@@ -123,11 +123,14 @@ class StepKernels:
         # The backward's tile holds w halo rows on each side of the rows it owns, and at least as many owned rows.
         backward_tiles = tile_options(seq, hidden, gates, backward=True)
         backward_block_s = max(backward_tiles["BLOCK_S"], next_power_of_2(4 * window_size))
-        self.backward_options = {**shared, "BLOCK_S": backward_block_s, "BLOCK_H": backward_tiles["BLOCK_H"]}
+        tiles = backward_tiles["TILES"]
+        self.backward_options = {
+            **shared, "BLOCK_S": backward_block_s, "BLOCK_H": backward_tiles["BLOCK_H"], "TILES": tiles
+        }
         word_hidden_blocks = -(-hidden // word_tiles["BLOCK_H"])
         sentence_programs = -(-hidden // sentence_tiles["BLOCK_H"]) if nodes else 0
         self.forward_grid = (batch, sentence_programs + -(-seq // word_tiles["BLOCK_S"]) * word_hidden_blocks)
-        self.position_blocks = -(-seq // (backward_block_s - 2 * window_size))
+        self.position_blocks = -(-seq // ((backward_block_s - 2 * window_size) * tiles))
         self.backward_grid = (batch, self.position_blocks * -(-hidden // backward_tiles["BLOCK_H"]))
         # The partial sums per position block, with sentence nodes: the sentence terms' gradient (batch, W), then
         # the two parts of c_g^{t-1}'s (2, batch, K, H).
