@@ -4,24 +4,26 @@ the layout of the stacked weights and of the tensors below).
 Only the elementwise parts of a step are here; every matmul stays in PyTorch (cuBLAS): per step `P = h̃^{t-1} W_h^T`
 (every weight on the word states: the window blocks `W_d h_j`, `U_f h_j`, `U_g h_j`, `U_o h_j`) and the sentence terms
 `γ̃^{t-1} W_G^T + b_G` (`V γ`, `W_f γ + b_f`, the keep and output gates' `W γ + b`). Two kernels, one launch each per
-step, each running a word body and a sentence body side by side (Eq. 2 and Eq. 3 read only step `t-1` values):
+step, each running a word body and a sentence body side by side (Eq. 2 and Eq. 3 read only step `t-1` values), and
+with sentence nodes a small third after the backward's:
 
 - `step_forward_kernel`: `_word_update_forward` (Eq. 2): `W ξ_i` as the sum of the window blocks of `P` at the
-  neighbours' rows, plus `U x_i + b` and `V γ`, the normalised gates (softmax over the `2w + K + 2` gates), the
-  output gate and content, the new cell and state, and the padding mask, in one pass; `_sentence_update_forward`
+  neighbours' rows, plus `U x_i + b` and `V γ`, for every gate block of a word in one `(BLOCK_S, GATES, BLOCK_H)`
+  tile; the normalised gates (softmax over the `2w + K + 2` gates), the output gate and content, the new cell and
+  state, and the padding mask, in one pass; `_sentence_update_forward`
   (Eq. 3): the forget-gate scores of every real position, their softmax over positions (one pass, rescaled as the
   running maximum grows) together with the mean `U h̄` of the product's `U h_j` blocks, then the node's own cell and
   the node update.
-- `step_backward_kernel`: `_word_update_backward`: the gradients of the word pre-activations, written over the
-  product's window blocks at the rows they were read from (and summed over the steps for `U x + b`), of the step
-  `t-1` cells and, summed over positions, of `V γ` and the sentence cells. A cell `c_j^{t-1}` is read by the `2w + 1`
-  words around `j`, so each program recomputes the gates of those neighbours rather than reading them from a saved
-  tensor, all before it writes any gradient over the product; the sums over positions run inside one program per
-  (sentence, hidden block), in a fixed order: deterministic. `_sentence_update_backward`: the gradients of the forget
-  terms, of the keep and output gates (and `1/n` of them for each real position's `U h_j`), written over the
-  product's `U h` blocks, of the word cells and of the sentence cells, from the statistics the forward saved. The
-  product's gradient `dP` thus takes the product's memory: a step's backward holds one `(batch, seq, P)` tensor, not
-  two.
+- `step_backward_kernel`: as parallel as the forward, a program per tile of positions and hidden units (a fixed
+  amount of work at any length). `_word_update_backward`: the gradients of the word pre-activations, written into
+  the product's gradient `dP` (a tensor apart from the product: no program's writes wait for another's reads) at the
+  rows they were read from (and summed over the steps for `U x + b`), and of the step `t-1` cells. A cell
+  `c_j^{t-1}` is read by the `2w + 1` words around `j`, so each tile holds `w` halo rows on each side of the rows it
+  owns, recomputed from the product, and takes their gates across rows (`tl.gather`). `_sentence_update_backward`:
+  the gradients of the forget terms, of the keep and output gates (and `1/n` of them for each real position's
+  `U h_j`), written into `dP`'s `U h` blocks, and of the word cells, from the statistics the forward saved. The sums
+  over positions (of `V γ`, of the forget terms, of the sentence cells' gradient) are written per position block,
+  and `step_sums_kernel` adds them up block after block: the same bits at every run, without atomics.
 
 Every program works on one sentence `b`: the kernels move each pointer to sentence `b`'s rows once
 (`ptr += b * row size`, as Triton's tutorials do), and the helpers below take pointers to that sentence, positions

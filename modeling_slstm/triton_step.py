@@ -79,7 +79,7 @@ def contiguous(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]
     return tuple(None if tensor is None else tensor.contiguous() for tensor in tensors)
 
 
-SUMS_BLOCK = 1024
+SUMS_BLOCK = 256
 """Columns per program of `step_sums_kernel`."""
 
 
@@ -415,11 +415,13 @@ class FusedRecurrence(torch.autograd.Function):
     from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
     on the sentence states, `sentences_weight`). Each step's inputs are saved (`StepInputs`, what gradient
     checkpointing of every step would keep), and on short batches every step's `P` too (`KEPT_PRODUCTS_BYTES`). The
-    backward launches the backward kernel, which writes `dP` over `P`, then two matmuls for the gradients of `h^{t-1}`
-    and `γ^{t-1}`. With the products kept, the gradient of `W_h` is one matmul over all steps at the end (a later
-    backward through the same graph, `retain_graph=True`, finds `dP` there and recomputes `P`); without, the backward
-    recomputes each step's `P` (one such tensor at a time, the backward's largest) and sums the gradient of `W_h`
-    step by step in place. That of `W_G` is one matmul over all steps at the end (its inputs are
+    backward launches the backward kernels, which write `dP` into a tensor apart from `P` (`d_product_room`), then two
+    matmuls for the gradients of `h^{t-1}` and `γ^{t-1}`. With the products kept, each step's `dP` takes the kept
+    product of the step after it, which that step's backward has read for the last time (the last step's, a tensor
+    of its own): the gradient of `W_h` is one matmul for the last step and one over all the others at the end (a
+    later backward through the same graph, `retain_graph=True`, finds `dP` there and recomputes `P`); without, the
+    backward recomputes each step's `P` and sums the gradient of `W_h` step by step in place, holding one `P` and one
+    `dP` at a time (the backward's largest tensors). That of `W_G` is one matmul over all steps at the end (its inputs are
     one vector per sentence). The weights come stacked (autograd splits their gradients back to the layers).
 
     Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
@@ -456,7 +458,7 @@ class FusedRecurrence(torch.autograd.Function):
                 outputs.append(h)
         ctx.save_for_backward(input_terms, mask, lengths, words_weight, sentences_weight, products, *saved)
         ctx.options = options
-        ctx.products_hold_d_products = False  # set by the backward, which writes dP over them
+        ctx.products_hold_d_products = False  # set by the backward, which writes dP over all but the first
         return (*outputs, g)
 
     @staticmethod
