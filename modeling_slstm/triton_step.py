@@ -134,7 +134,8 @@ class StepKernels:
         self.backward_grid = (batch, self.position_blocks * -(-hidden // backward_tiles["BLOCK_H"]))
         # The partial sums per position block, with sentence nodes: the sentence terms' gradient (batch, W), then
         # the two parts of c_g^{t-1}'s (2, batch, K, H).
-        self.sentence_gradients_size = batch * (2 * window_size + 4 * nodes + 4) * hidden + 2 * batch * nodes * hidden
+        sentence_width = (2 * window_size + 4 * nodes + 4) * hidden  # W, the sentence terms'
+        self.sentence_gradients_size = batch * (sentence_width + 2 * nodes * hidden) if nodes else 0
         self.sums_grid = (-(-self.sentence_gradients_size // SUMS_BLOCK),)
 
     @classmethod
