@@ -184,8 +184,9 @@ def test_products_kept_or_recomputed_give_the_readable_gradients(case, device, m
 
 @needs_triton
 def test_later_backwards_through_kept_products_give_the_readable_gradients_again(device):
-    """The backward writes dP over the products kept from the forward: every later backward through the same graph
-    (`retain_graph=True`) must recompute them, and gives the readable step's gradients again."""
+    """The backward writes dP over the products kept from the forward (all but the first step's): every later
+    backward through the same graph (`retain_graph=True`) must recompute them, and gives the readable step's
+    gradients again."""
     model = build(SLSTMModel, tiny_config(num_steps=3, **CASES["w1 K1 learned sigmoid_softmax"])).to(device).eval()
     embeds, mask = padded_batch(model.config, device, torch.float32, side="left")
 
