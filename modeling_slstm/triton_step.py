@@ -422,8 +422,8 @@ class FusedRecurrence(torch.autograd.Function):
     of its own): the gradient of `W_h` is one matmul for the last step and one over all the others at the end (a
     later backward through the same graph, `retain_graph=True`, finds `dP` there and recomputes `P`); without, the
     backward recomputes each step's `P` and sums the gradient of `W_h` step by step in place, holding one `P` and one
-    `dP` at a time (the backward's largest tensors). That of `W_G` is one matmul over all steps at the end (its inputs are
-    one vector per sentence). The weights come stacked (autograd splits their gradients back to the layers).
+    `dP` at a time (the backward's largest tensors). That of `W_G` is one matmul over all steps at the end (its inputs
+    are one vector per sentence). The weights come stacked (autograd splits their gradients back to the layers).
 
     Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
     mask `(batch, seq, 1)` and lengths `(batch, 1)`; `W_h` `(R, H)` (its dtype is the matmuls', autocast's where

@@ -66,8 +66,8 @@ def launch_costs(batch: int, seq: int, arguments: StepCostArguments) -> list[dic
     ]  # fmt: skip
     if nodes:
         sums_bytes = partials + kernels.sentence_gradients_size * 4
-        rows.append({"launch": "step_sums_kernel", "programs": kernels.sums_grid[0],
-                     "passes": kernels.position_blocks, "bytes": sums_bytes, "product_loads": 0.0, "held": 0})  # fmt: skip
+        rows.append({"launch": "step_sums_kernel", "programs": kernels.sums_grid[0], "passes": kernels.position_blocks,
+                     "bytes": sums_bytes, "product_loads": 0.0, "held": 0})  # fmt: skip
     return rows
 
 
@@ -81,7 +81,8 @@ def main():
         batch, seq = parse_shape(shape)
         for row in launch_costs(batch, seq, arguments):
             body.append([shape, f"`{row['launch']}`", f"{row['programs']:,}", str(row["passes"]),
-                         f"{row['bytes'] / MIB:,.1f}", f"{row['product_loads']:.2f}", f"{row['held'] / MIB:,.1f}"])  # fmt: skip
+                         f"{row['bytes'] / MIB:,.1f}", f"{row['product_loads']:.2f}",
+                         f"{row['held'] / MIB:,.1f}"])  # fmt: skip
     print("\n".join(markdown_table(header, body)))
 
 

@@ -412,7 +412,9 @@ HEAD_CASES = {
     ),
 }  # fmt: skip
 HEAD_LENGTHS = (13, 6, 1)  # 13: no multiple of a backward tile's owned rows (6 at window 1, 4 at window 2)
-SMALL_GPU_TILES = {"values_per_tile": 512, "max_block_h": 8, "backward_values_per_tile": 512, "backward_max_block_h": 8}
+SMALL_GPU_TILES = {
+    "values_per_tile": 512, "max_block_h": 8, "backward_values_per_tile": 512, "backward_max_block_h": 8
+}  # fmt: skip
 
 
 def head_gradients(model, ids, mask, labels) -> dict[str, torch.Tensor]:
