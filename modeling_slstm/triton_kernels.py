@@ -4,24 +4,26 @@ the layout of the stacked weights and of the tensors below).
 Only the elementwise parts of a step are here; every matmul stays in PyTorch (cuBLAS): per step `P = h̃^{t-1} W_h^T`
 (every weight on the word states: the window blocks `W_d h_j`, `U_f h_j`, `U_g h_j`, `U_o h_j`) and the sentence terms
 `γ̃^{t-1} W_G^T + b_G` (`V γ`, `W_f γ + b_f`, the keep and output gates' `W γ + b`). Two kernels, one launch each per
-step, each running a word body and a sentence body side by side (Eq. 2 and Eq. 3 read only step `t-1` values):
+step, each running a word body and a sentence body side by side (Eq. 2 and Eq. 3 read only step `t-1` values), and
+with sentence nodes a small third after the backward's:
 
 - `step_forward_kernel`: `_word_update_forward` (Eq. 2): `W ξ_i` as the sum of the window blocks of `P` at the
-  neighbours' rows, plus `U x_i + b` and `V γ`, the normalised gates (softmax over the `2w + K + 2` gates), the
-  output gate and content, the new cell and state, and the padding mask, in one pass; `_sentence_update_forward`
+  neighbours' rows, plus `U x_i + b` and `V γ`, for every gate block of a word in one `(BLOCK_S, GATES, BLOCK_H)`
+  tile; the normalised gates (softmax over the `2w + K + 2` gates), the output gate and content, the new cell and
+  state, and the padding mask, in one pass; `_sentence_update_forward`
   (Eq. 3): the forget-gate scores of every real position, their softmax over positions (one pass, rescaled as the
   running maximum grows) together with the mean `U h̄` of the product's `U h_j` blocks, then the node's own cell and
   the node update.
-- `step_backward_kernel`: `_word_update_backward`: the gradients of the word pre-activations, written over the
-  product's window blocks at the rows they were read from (and summed over the steps for `U x + b`), of the step
-  `t-1` cells and, summed over positions, of `V γ` and the sentence cells. A cell `c_j^{t-1}` is read by the `2w + 1`
-  words around `j`, so each program recomputes the gates of those neighbours rather than reading them from a saved
-  tensor, all before it writes any gradient over the product; the sums over positions run inside one program per
-  (sentence, hidden block), in a fixed order: deterministic. `_sentence_update_backward`: the gradients of the forget
-  terms, of the keep and output gates (and `1/n` of them for each real position's `U h_j`), written over the
-  product's `U h` blocks, of the word cells and of the sentence cells, from the statistics the forward saved. The
-  product's gradient `dP` thus takes the product's memory: a step's backward holds one `(batch, seq, P)` tensor, not
-  two.
+- `step_backward_kernel`: as parallel as the forward, a program per tile of positions and hidden units (a fixed
+  amount of work at any length). `_word_update_backward`: the gradients of the word pre-activations, written into
+  the product's gradient `dP` (a tensor apart from the product: no program's writes wait for another's reads) at the
+  rows they were read from (and summed over the steps for `U x + b`), and of the step `t-1` cells. A cell
+  `c_j^{t-1}` is read by the `2w + 1` words around `j`, so each tile holds `w` halo rows on each side of the rows it
+  owns, recomputed from the product, and takes their gates across rows (`tl.gather`). `_sentence_update_backward`:
+  the gradients of the forget terms, of the keep and output gates (and `1/n` of them for each real position's
+  `U h_j`), written into `dP`'s `U h` blocks, and of the word cells, from the statistics the forward saved. The sums
+  over positions (of `V γ`, of the forget terms, of the sentence cells' gradient) are written per position block,
+  and `step_sums_kernel` adds them up block after block: the same bits at every run, without atomics.
 
 Every program works on one sentence `b`: the kernels move each pointer to sentence `b`'s rows once
 (`ptr += b * row size`, as Triton's tutorials do), and the helpers below take pointers to that sentence, positions
@@ -93,26 +95,22 @@ def _word_node(
 ):  # fmt: skip
     """Eq. 2 at `positions` `(BLOCK_S,)` (any integers: those outside `[0, seq)` read zeros) and `hidden_idx`
     `(BLOCK_H,)`: `(scores, gates, values, cell, output_gate, content)`, the first three `(BLOCK_S, GATES, BLOCK_H)`
-    (gate slots past the `2w + K + 2` normalised gates hold zero gates), the rest `(BLOCK_S, BLOCK_H)`."""
+    over every gate block a word's context feeds (`GATES >= CONTEXT_BLOCKS`; the slots past the `2w + K + 2`
+    normalised gates hold zero gates), the rest `(BLOCK_S, BLOCK_H)`."""
     normalized = 2 * WINDOW + NODES + 2
     gate = tl.arange(0, GATES)[None, :, None]
     position = positions[:, None]  # (BLOCK_S, 1)
     column = hidden_idx[None, :]  # (1, BLOCK_H)
     in_row = (position >= 0) & (position < seq) & (column < hidden)  # (BLOCK_S, BLOCK_H)
 
-    # The normalised gates' pre-activations, (BLOCK_S, GATES, BLOCK_H), then the output gate's and the content's.
+    # Every gate block's pre-activations in one tile (BLOCK_S, GATES, BLOCK_H): the normalised gates', the output
+    # gate's, the content's (one load per window block of the product, rather than one per tile).
     pre = _word_terms(
         product_ptr, input_terms_ptr, sentence_terms_ptr, position[:, :, None], gate * hidden + column[:, None, :],
-        in_row[:, None, :] & (gate < normalized), seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS,
+        in_row[:, None, :] & (gate < CONTEXT_BLOCKS), seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS,
     )  # fmt: skip
-    output_pre = _word_terms(
-        product_ptr, input_terms_ptr, sentence_terms_ptr, position, normalized * hidden + column, in_row, seq,
-        hidden, WINDOW, NODES, CONTEXT_BLOCKS,
-    )  # fmt: skip
-    content_pre = _word_terms(
-        product_ptr, input_terms_ptr, sentence_terms_ptr, position, (normalized + 1) * hidden + column, in_row, seq,
-        hidden, WINDOW, NODES, CONTEXT_BLOCKS,
-    )  # fmt: skip
+    output_pre = _slot(pre, normalized, GATES)
+    content_pre = _slot(pre, normalized + 1, GATES)
     if SIGMOID_SCORES:
         scores = tl.sigmoid(pre)
     else:
@@ -208,131 +206,72 @@ def _store_word_gradient(
 
 
 @triton.jit
-def _neighbours_cell_gradient(
-    d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr,
-    sentence_cells_ptr, mask_ptr, positions, hidden_idx, seq, hidden, cells_part, WINDOW: tl.constexpr,
-    NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
-):  # fmt: skip
-    """The part of `∂L/∂c_j^{t-1}` at `positions` `(BLOCK_S,)` through the neighbours that read `c_j^{t-1}`,
-    `(BLOCK_S, BLOCK_H)`: `c_j^{t-1}` is the value of window slot `slot` of word `j + w - slot`, so this sums that
-    word's `∂L/∂c^t` times its gate over every slot but the word's own (slot `w`), the neighbours' gates recomputed
-    from their rows of the product."""
-    d_prev = tl.zeros([positions.shape[0], hidden_idx.shape[0]], dtype=tl.float32)
-    for slot in tl.static_range(2 * WINDOW + 1):
-        if slot != WINDOW:
-            readers = positions + WINDOW - slot
-            _, reader_gates, _, reader_cell, reader_output_gate, _ = _word_node(
-                product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, readers, hidden_idx,
-                seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
-            )  # fmt: skip
-            d_reader_cell, _, _ = _cell_gradient(
-                d_states_ptr, d_output_states_ptr, d_cells_ptr, mask_ptr, readers, hidden_idx, seq, hidden,
-                cells_part, reader_cell, reader_output_gate, NODES,
-            )  # fmt: skip
-            d_prev += d_reader_cell * _slot(reader_gates, slot, GATES)
-    return d_prev
+def _shifted_rows(x, SHIFT: tl.constexpr):
+    """`x` `(BLOCK_S, BLOCK_H)` with row `r` taken from row `r + SHIFT`: a move across the tile's rows (between
+    threads), which elementwise code cannot make. Rows whose source lies beyond the tile take the nearest edge row:
+    they are halo rows, never stored."""
+    rows = tl.arange(0, x.shape[0])[:, None]
+    source = tl.minimum(tl.maximum(rows + SHIFT, 0), x.shape[0] - 1)
+    return tl.gather(x, tl.broadcast_to(source, x.shape), 0)
 
 
 @triton.jit
 def _word_update_backward(
     d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr,
-    sentence_cells_ptr, mask_ptr, d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr,
-    d_prev_sentence_cells_ptr, hidden_idx, seq, hidden, cells_part, WINDOW: tl.constexpr, NODES: tl.constexpr,
-    CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr,
-    BLOCK_S: tl.constexpr,
+    sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, d_prev_cells_ptr, positions, owned, hidden_idx,
+    seq, hidden, cells_part, WINDOW: tl.constexpr, NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
+    GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr,
 ):  # fmt: skip
-    """Gradients of Eq. 2 for all positions of the sentence at `hidden_idx` `(BLOCK_H,)`: the window blocks of the
-    product's gradient (of `W_d h_j`, at the rows they were read from), written over the product (`product_ptr`),
-    `d_input_terms` (of `U x_i + b`, added to the later steps' with `LATER_STEPS`), `d_prev_cells` (of `c^{t-1}`),
-    and the sums over positions: the `V γ` block of `d_sentence_terms` and `d_prev_sentence_cells` (of `c_g^{t-1}`,
-    through the words).
+    """Gradients of Eq. 2 at the `owned` rows of `positions` `(BLOCK_S,)` and at `hidden_idx` `(BLOCK_H,)`: the
+    window blocks of the product's gradient (of `W_d h_j`, at the rows they were read from, into `d_product_ptr`),
+    `d_input_terms` (of `U x_i + b`, added to the later steps' with `LATER_STEPS`), `d_prev_cells` (of `c^{t-1}`);
+    returns the tile's part of two sums over positions, `(GATES, BLOCK_H)` each: of every gate block's
+    pre-activations (the gradient of the `V γ` block of the sentence terms) and of the values' (that of `c_g^{t-1}`
+    through the words, at the sentence nodes' slots).
 
-    Two loops over position blocks. The first reads the neighbours' rows of the product for their part of
-    `∂L/∂c^{t-1}` (`_neighbours_cell_gradient`). The second recomputes each word from the product elements that only
-    it reads (block `d` of row `i - w + d` is read by word `i` alone), and writes their gradients over them: the
-    product is then read no more, so its gradient needs no memory of its own."""
-    if WINDOW > 0:
-        start = 0
-        while start < seq:
-            positions = start + tl.arange(0, BLOCK_S)
-            d_prev = _neighbours_cell_gradient(
-                d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr,
-                cells_ptr, sentence_cells_ptr, mask_ptr, positions, hidden_idx, seq, hidden, cells_part, WINDOW,
-                NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
-            )  # fmt: skip
-            in_row = (positions[:, None] < seq) & (hidden_idx[None, :] < hidden)
-            offsets = positions[:, None] * hidden + hidden_idx[None, :]
-            tl.store(d_prev_cells_ptr + offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_row)
-            start += BLOCK_S
-        tl.debug_barrier()  # every read of a neighbour's row done before the gradients are written over the rows
+    `c_j^{t-1}` is read by the `2w + 1` words around `j`, so the tile's `w` rows on each side of the owned ones are
+    halo rows: recomputed (Eq. 2 again, from the product) for their `∂L/∂c^t` and gates, never stored."""
     normalized = 2 * WINDOW + NODES + 2
-    gate = tl.arange(0, GATES)[None, :, None]
+    scores, gates, values, cell, output_gate, content = _word_node(
+        product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, positions, hidden_idx, seq,
+        hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+    )  # fmt: skip
+    d_cell, d_state, squashed = _cell_gradient(
+        d_states_ptr, d_output_states_ptr, d_cells_ptr, mask_ptr, positions, hidden_idx, seq, hidden, cells_part,
+        cell, output_gate, NODES,
+    )  # fmt: skip
+    position = positions[:, None]
     column = hidden_idx[None, :]
     in_hidden = column < hidden
-    gate_sums = tl.zeros([GATES, hidden_idx.shape[0]], dtype=tl.float32)  # Σ_i ∂L/∂pre of the normalised gates
-    output_sum = tl.zeros(hidden_idx.shape, dtype=tl.float32)
-    content_sum = tl.zeros(hidden_idx.shape, dtype=tl.float32)
-    value_sums = tl.zeros([GATES, hidden_idx.shape[0]], dtype=tl.float32)  # Σ_i ∂L/∂value of every gate
-    start = 0
-    while start < seq:
-        positions = start + tl.arange(0, BLOCK_S)
-        scores, gates, values, cell, output_gate, content = _word_node(
-            product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, positions, hidden_idx,
-            seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
-        )  # fmt: skip
-        d_cell, d_state, squashed = _cell_gradient(
-            d_states_ptr, d_output_states_ptr, d_cells_ptr, mask_ptr, positions, hidden_idx, seq, hidden, cells_part,
-            cell, output_gate, NODES,
-        )  # fmt: skip
-        # Softmax backward with Σ_k gate_k value_k = cell: ∂L/∂score_k = gate_k ∂L/∂c (value_k - c).
-        d_scores = gates * d_cell[:, None, :] * (values - cell[:, None, :])
-        if SIGMOID_SCORES:
-            d_scores = d_scores * scores * (1.0 - scores)
-        d_output = d_state * squashed * output_gate * (1.0 - output_gate)
-        d_content = d_cell * _slot(gates, normalized - 1, GATES) * (1.0 - content * content)
+    stored = owned[:, None] & in_hidden  # (BLOCK_S, BLOCK_H)
+    gate = tl.arange(0, GATES)[None, :, None]
+    d_values = gates * d_cell[:, None, :]  # ∂L/∂value_k = gate_k ∂L/∂c, (BLOCK_S, GATES, BLOCK_H)
 
-        position = positions[:, None]
-        in_seq = (position < seq) & in_hidden  # (BLOCK_S, BLOCK_H)
-        gate_mask = in_seq[:, None, :] & (gate < normalized)
-        _store_word_gradient(
-            product_ptr, d_input_terms_ptr, d_scores, position[:, :, None], gate * hidden + column[:, None, :],
-            gate_mask, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
-        )  # fmt: skip
-        _store_word_gradient(
-            product_ptr, d_input_terms_ptr, d_output, position, normalized * hidden + column, in_seq, seq, hidden,
-            WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
-        )  # fmt: skip
-        _store_word_gradient(
-            product_ptr, d_input_terms_ptr, d_content, position, (normalized + 1) * hidden + column, in_seq, seq,
-            hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
-        )  # fmt: skip
-        gate_sums += tl.sum(tl.where(gate_mask, d_scores, 0.0), axis=0)
-        output_sum += tl.sum(d_output, axis=0)
-        content_sum += tl.sum(d_content, axis=0)
-        value_sums += tl.sum(gates * d_cell[:, None, :], axis=0)
+    # ∂L/∂c_j^{t-1}: c_j^{t-1} is the value of window slot `slot` of word j + w - slot, whose ∂L/∂value of that slot
+    # it receives, from the row `w - slot` below in the tile.
+    d_prev = _slot(d_values, WINDOW, GATES)
+    for slot in tl.static_range(2 * WINDOW + 1):
+        if slot != WINDOW:
+            d_prev += _shifted_rows(_slot(d_values, slot, GATES), WINDOW - slot)
+    cell_offsets = position * hidden + column
+    tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=stored)
+    d_content = _slot(d_values, normalized - 1, GATES) * (1.0 - content * content)
+    value_sums = tl.sum(tl.where(stored[:, None, :], d_values, 0.0), axis=0)  # (GATES, BLOCK_H)
 
-        # ∂L/∂c_i^{t-1}: the word's own ∂L/∂c^t times its own slot's gate, plus the neighbours' part (first loop).
-        cell_offsets = position * hidden + column
-        d_prev = d_cell * _slot(gates, WINDOW, GATES)
-        if WINDOW > 0:
-            d_prev += tl.load(d_prev_cells_ptr + cell_offsets, mask=in_seq, other=0.0).to(tl.float32)
-        tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_seq)
-        start += BLOCK_S
-
-    if NODES > 0:
-        slot = tl.arange(0, GATES)[:, None]
-        dtype = d_sentence_terms_ptr.dtype.element_ty
-        gate_offsets = slot * hidden + column  # the V γ block of the sentence terms, gate by gate
-        tl.store(d_sentence_terms_ptr + gate_offsets, gate_sums.to(dtype), mask=(slot < normalized) & in_hidden)
-        output_offsets = normalized * hidden + hidden_idx
-        tl.store(d_sentence_terms_ptr + output_offsets, output_sum.to(dtype), mask=hidden_idx < hidden)
-        tl.store(d_sentence_terms_ptr + output_offsets + hidden, content_sum.to(dtype), mask=hidden_idx < hidden)
-        node = slot - (2 * WINDOW + 1)
-        tl.store(
-            d_prev_sentence_cells_ptr + node * hidden + column,
-            value_sums.to(d_prev_sentence_cells_ptr.dtype.element_ty),
-            mask=(node >= 0) & (node < NODES) & in_hidden,
-        )
+    # Softmax backward with Σ_k gate_k value_k = cell: ∂L/∂score_k = gate_k ∂L/∂c (value_k - c).
+    d_scores = d_values * (values - cell[:, None, :])
+    if SIGMOID_SCORES:
+        d_scores = d_scores * scores * (1.0 - scores)
+    d_output = d_state * squashed * output_gate * (1.0 - output_gate)
+    # The gradient of every gate block's pre-activations, (BLOCK_S, GATES, BLOCK_H), as `_word_node` reads them.
+    d_pre = tl.where(gate == normalized, d_output[:, None, :], d_scores)
+    d_pre = tl.where(gate == normalized + 1, d_content[:, None, :], d_pre)
+    block_mask = stored[:, None, :] & (gate < CONTEXT_BLOCKS)
+    _store_word_gradient(
+        d_product_ptr, d_input_terms_ptr, d_pre, position[:, :, None], gate * hidden + column[:, None, :],
+        block_mask, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
+    )  # fmt: skip
+    return tl.sum(tl.where(block_mask, d_pre, 0.0), axis=0), value_sums
 
 
 @triton.jit
@@ -445,21 +384,15 @@ def _sentence_update_forward(
 
 
 @triton.jit
-def _sentence_update_backward(
-    d_states_ptr, d_cells_ptr, forget_ptr, product_width, gate_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr,
-    lengths_ptr, statistics_ptr, d_gate_terms_ptr, d_prev_cells_ptr, d_prev_sentence_cells_ptr,
-    hidden_idx, seq, hidden, sentence_cells_part, NODES: tl.constexpr, NODES_P: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr, BLOCK_S: tl.constexpr,
+def _sentence_cell_gradients(
+    d_states_ptr, d_cells_ptr, sentence_cells_ptr, statistics_ptr, node_offsets, valid, hidden, sentence_cells_part,
+    NODES: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
 ):  # fmt: skip
-    """Gradients of Eq. 3 for all sentence nodes at `hidden_idx` `(BLOCK_H,)` (a loop over position blocks), from
-    those of `g^t` and `c_g^t` (none after the last step; its parts through the next step's words and, at
-    `sentence_cells_part`, its sentence nodes): the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks of the product's gradient,
-    written over the product from `forget_ptr` on (the last two `1/n` of the keep and output gates' at real
-    positions; each position block's `U_f h_j` is read once, just before), the `W_f γ + b_f`, keep and
-    output blocks of `d_sentence_terms` (from `d_gate_terms_ptr`), and `d_prev_cells` (of `c^{t-1}`) and
-    `d_prev_sentence_cells` (of `c_g^{t-1}`), both through the sentence nodes."""
-    node, column, valid, node_offsets = _node_tile(hidden_idx, hidden, NODES, NODES_P)
-    forget_terms, _, _ = _sentence_terms(gate_terms_ptr, node_offsets, valid, hidden, NODES)
+    """What the gradients of Eq. 3 at every position need, on a `_node_tile`: from those of `g^t` and `c_g^t` (none
+    after the last step; its parts through the next step's words and, at `sentence_cells_part`, its sentence nodes)
+    and the statistics the forward saved, `(cell, log_normalizer, d_cell, keep_weight, d_keep, d_output)`: `c_g^t`,
+    the log of its softmax's normaliser, `∂L/∂c_g^t`, the keep gate `f_g`, and the gradients of the keep and output
+    gates' pre-activations."""
     statistic = NODES * hidden
     cell = tl.load(statistics_ptr + node_offsets, mask=valid, other=0.0)
     log_normalizer = tl.load(statistics_ptr + statistic + node_offsets, mask=valid, other=0.0)
@@ -477,44 +410,46 @@ def _sentence_update_backward(
     if SIGMOID_SCORES:
         d_keep = d_keep * keep_score * (1.0 - keep_score)
     d_output = d_state * squashed * output_gate * (1.0 - output_gate)
-    length = tl.load(lengths_ptr)
+    return cell, log_normalizer, d_cell, d_keep, d_output, keep_weight
 
-    forget_sums = tl.zeros([NODES_P, hidden_idx.shape[0]], dtype=tl.float32)
-    dtype = forget_ptr.dtype.element_ty
-    start = 0
-    while start < seq:
-        positions = start + tl.arange(0, BLOCK_S)
-        scores, masked_scores, real = _position_scores(
-            forget_ptr, product_width, forget_terms, mask_ptr, positions, node, column, seq, hidden, NODES,
-            SIGMOID_SCORES,
-        )  # fmt: skip
-        weights = tl.exp(masked_scores - log_normalizer[None, :, :])  # f_{j,k}, zero at padding
-        word_cells = _word_cells(cells_ptr, positions, hidden_idx, seq, hidden)
-        # Softmax backward with Σ_j f_j c_j + f_g c_g = c_g^t: ∂L/∂score_j = f_j ∂L/∂c_g^t (c_j - c_g^t).
-        d_scores = weights * d_cell[None, :, :] * (word_cells[:, None, :] - cell[None, :, :])
-        if SIGMOID_SCORES:
-            d_scores = d_scores * scores * (1.0 - scores)
-        in_seq = (positions[:, None, None] < seq) & valid[None, :, :]
-        offsets = positions[:, None, None] * product_width + node_offsets[None, :, :]
-        tl.store(forget_ptr + offsets, d_scores.to(dtype), mask=in_seq)
-        # h̄ = Σ_j h_j / n over the real positions j: U_g h_j and U_o h_j each receive 1/n of the gate's gradient.
-        d_keep_share = tl.where(real, d_keep[None, :, :] / length, 0.0)
-        d_output_share = tl.where(real, d_output[None, :, :] / length, 0.0)
-        tl.store(forget_ptr + offsets + NODES * hidden, d_keep_share.to(dtype), mask=in_seq)
-        tl.store(forget_ptr + offsets + 2 * NODES * hidden, d_output_share.to(dtype), mask=in_seq)
-        forget_sums += tl.sum(tl.where(in_seq, d_scores, 0.0), axis=0)
-        d_prev = tl.sum(weights * d_cell[None, :, :], axis=1)  # (BLOCK_S, BLOCK_H): Σ_k f_{j,k} ∂L/∂c_{g,k}^t
-        in_row = (positions[:, None] < seq) & (column < hidden)
-        cell_offsets = positions[:, None] * hidden + column
-        tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_row)
-        start += BLOCK_S
 
-    dtype = d_gate_terms_ptr.dtype.element_ty
-    tl.store(d_gate_terms_ptr + node_offsets, forget_sums.to(dtype), mask=valid)
-    tl.store(d_gate_terms_ptr + NODES * hidden + node_offsets, d_keep.to(dtype), mask=valid)
-    tl.store(d_gate_terms_ptr + 2 * NODES * hidden + node_offsets, d_output.to(dtype), mask=valid)
-    dtype = d_prev_sentence_cells_ptr.dtype.element_ty
-    tl.store(d_prev_sentence_cells_ptr + node_offsets, (d_cell * keep_weight).to(dtype), mask=valid)
+@triton.jit
+def _sentence_update_backward(
+    forget_ptr, d_forget_ptr, product_width, forget_terms, cells_ptr, mask_ptr, d_prev_cells_ptr, cell,
+    log_normalizer, d_cell, d_keep, d_output, length, positions, hidden_idx, seq, hidden, NODES: tl.constexpr,
+    NODES_P: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
+):  # fmt: skip
+    """Gradients of Eq. 3 for all sentence nodes at `positions` `(BLOCK_S,)` (rows at `seq` or beyond are left out)
+    and `hidden_idx` `(BLOCK_H,)`, from `_sentence_cell_gradients`' and `W_f γ + b_f` (`forget_terms`) on a
+    `_node_tile`: the `U_f h_j`, `U_g h_j`, `U_o h_j` blocks of the product's gradient from `d_forget_ptr` on (the last
+    two `1/n` of the keep and output gates' at real positions; `forget_ptr` points to the product's `U_f h` block),
+    and the sentence nodes' part of `d_prev_cells` (of `c^{t-1}`); returns the tile's part of the sum over positions
+    of the forget scores' gradient (that of `W_f γ + b_f`), `(NODES_P, BLOCK_H)`."""
+    node, column, valid, node_offsets = _node_tile(hidden_idx, hidden, NODES, NODES_P)
+    scores, masked_scores, real = _position_scores(
+        forget_ptr, product_width, forget_terms, mask_ptr, positions, node, column, seq, hidden, NODES,
+        SIGMOID_SCORES,
+    )  # fmt: skip
+    weights = tl.exp(masked_scores - log_normalizer[None, :, :])  # f_{j,k}, zero at padding
+    word_cells = _word_cells(cells_ptr, positions, hidden_idx, seq, hidden)
+    # Softmax backward with Σ_j f_j c_j + f_g c_g = c_g^t: ∂L/∂score_j = f_j ∂L/∂c_g^t (c_j - c_g^t).
+    d_scores = weights * d_cell[None, :, :] * (word_cells[:, None, :] - cell[None, :, :])
+    if SIGMOID_SCORES:
+        d_scores = d_scores * scores * (1.0 - scores)
+    in_seq = (positions[:, None, None] < seq) & valid[None, :, :]
+    offsets = positions[:, None, None] * product_width + node_offsets[None, :, :]
+    dtype = d_forget_ptr.dtype.element_ty
+    tl.store(d_forget_ptr + offsets, d_scores.to(dtype), mask=in_seq)
+    # h̄ = Σ_j h_j / n over the real positions j: U_g h_j and U_o h_j each receive 1/n of the gate's gradient.
+    d_keep_share = tl.where(real, d_keep[None, :, :] / length, 0.0)
+    d_output_share = tl.where(real, d_output[None, :, :] / length, 0.0)
+    tl.store(d_forget_ptr + offsets + NODES * hidden, d_keep_share.to(dtype), mask=in_seq)
+    tl.store(d_forget_ptr + offsets + 2 * NODES * hidden, d_output_share.to(dtype), mask=in_seq)
+    d_prev = tl.sum(weights * d_cell[None, :, :], axis=1)  # (BLOCK_S, BLOCK_H): Σ_k f_{j,k} ∂L/∂c_{g,k}^t
+    in_row = (positions[:, None] < seq) & (column < hidden)
+    cell_offsets = positions[:, None] * hidden + column
+    tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=in_row)
+    return tl.sum(tl.where(in_seq, d_scores, 0.0), axis=0)
 
 
 @triton.jit(do_not_specialize=RUN_TIME_SIZES)
@@ -526,8 +461,8 @@ def step_forward_kernel(
     SENTENCE_BLOCK_S: tl.constexpr, SENTENCE_BLOCK_H: tl.constexpr,
 ):  # fmt: skip
     """One step, Eq. 2 and Eq. 3 side by side in one launch (both read step `t-1` values only): program `(b, p)`
-    updates a block of positions and hidden units of sentence `b`'s words while `p` counts word tiles, and a block of
-    hidden units of its sentence nodes after them."""
+    updates a block of hidden units of sentence `b`'s nodes while `p` counts those blocks, and a block of positions
+    and hidden units of its words after them."""
     b = tl.program_id(0).to(tl.int64)
     program = tl.program_id(1)
     product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
@@ -544,22 +479,26 @@ def step_forward_kernel(
         new_sentence_states_ptr += b * NODES * hidden
         new_sentence_cells_ptr += b * NODES * hidden
         statistics_ptr += b * 4 * NODES * hidden
-    word_hidden_blocks = tl.cdiv(hidden, WORD_BLOCK_H)
-    word_programs = tl.cdiv(seq, WORD_BLOCK_S) * word_hidden_blocks
-    if program < word_programs:
-        positions = (program // word_hidden_blocks) * WORD_BLOCK_S + tl.arange(0, WORD_BLOCK_S)
-        hidden_idx = (program % word_hidden_blocks) * WORD_BLOCK_H + tl.arange(0, WORD_BLOCK_H)
+    # The sentence bodies first: the GPU starts programs in order, and theirs loop over the positions, so they run
+    # while the word programs, each one block, take their turns.
+    word_program = program
+    if NODES > 0:
+        word_program -= tl.cdiv(hidden, SENTENCE_BLOCK_H)
+        if word_program < 0:
+            hidden_idx = program * SENTENCE_BLOCK_H + tl.arange(0, SENTENCE_BLOCK_H)
+            _sentence_update_forward(
+                product_ptr + (2 * WINDOW + 1) * CONTEXT_BLOCKS * hidden, product_width,
+                sentence_terms_ptr + CONTEXT_BLOCKS * hidden, cells_ptr, sentence_cells_ptr, mask_ptr,
+                lengths_ptr + b, new_sentence_states_ptr, new_sentence_cells_ptr, statistics_ptr, hidden_idx, seq,
+                hidden, NODES, NODES_P, SIGMOID_SCORES, SENTENCE_BLOCK_S,
+            )  # fmt: skip
+    if word_program >= 0:
+        word_hidden_blocks = tl.cdiv(hidden, WORD_BLOCK_H)
+        positions = (word_program // word_hidden_blocks) * WORD_BLOCK_S + tl.arange(0, WORD_BLOCK_S)
+        hidden_idx = (word_program % word_hidden_blocks) * WORD_BLOCK_H + tl.arange(0, WORD_BLOCK_H)
         _word_update_forward(
             product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, new_states_ptr,
             new_cells_ptr, positions, hidden_idx, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
-        )  # fmt: skip
-    elif NODES > 0:
-        hidden_idx = (program - word_programs) * SENTENCE_BLOCK_H + tl.arange(0, SENTENCE_BLOCK_H)
-        _sentence_update_forward(
-            product_ptr + (2 * WINDOW + 1) * CONTEXT_BLOCKS * hidden, product_width,
-            sentence_terms_ptr + CONTEXT_BLOCKS * hidden, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr + b,
-            new_sentence_states_ptr, new_sentence_cells_ptr, statistics_ptr, hidden_idx, seq, hidden, NODES, NODES_P,
-            SIGMOID_SCORES, SENTENCE_BLOCK_S,
         )  # fmt: skip
 
 
@@ -567,24 +506,31 @@ def step_forward_kernel(
 def step_backward_kernel(
     d_states_ptr, d_output_states_ptr, d_cells_ptr, d_sentence_states_ptr, d_sentence_cells_ptr, product_ptr,
     input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr, statistics_ptr,
-    d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr, d_prev_sentence_cells_ptr, seq, hidden,
-    WINDOW: tl.constexpr, NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
-    GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr, WORD_BLOCK_S: tl.constexpr,
-    WORD_BLOCK_H: tl.constexpr, SENTENCE_BLOCK_S: tl.constexpr, SENTENCE_BLOCK_H: tl.constexpr,
+    d_product_ptr, d_input_terms_ptr, partials_ptr, d_prev_cells_ptr, seq, hidden, WINDOW: tl.constexpr,
+    NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr,
+    SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr,
+    TILES: tl.constexpr,
 ):  # fmt: skip
-    """The gradients of one step in one launch: program `(b, p)` runs `_word_update_backward` for a block of hidden
-    units of sentence `b` while `p` counts word hidden blocks, `_sentence_update_backward` after them. Each writes
-    the gradient of its own columns of the product over them (the product is not read after), its own columns of
-    `d_sentence_terms`, and its own part of the cells' gradients
-    (`d_prev_cells_ptr`, `d_prev_sentence_cells_ptr`: the word body part 0, the sentence body part 1), which the
-    previous step's launch sums as it reads them (`d_cells_ptr`, `d_sentence_cells_ptr`; absent after the last
-    step)."""
+    """The gradients of one step in one launch, as parallel as the forward: program `(b, p)` takes a position block
+    of `TILES` tiles of `BLOCK_S - 2w` positions each (a tile's owned rows, with `w` halo rows on each side of them)
+    and `BLOCK_H` hidden units of sentence `b` while `p` counts them, position blocks outer, and runs
+    `_word_update_backward` and `_sentence_update_backward` on each tile: a fixed number of passes whatever the
+    sentence's length. Every output element has one writer: the product's gradient (`d_product_ptr`, a tensor of its
+    own, so nothing orders the reads of the product before the writes), `U x + b`'s (`d_input_terms_ptr`), the two
+    parts of `c^{t-1}`'s (`d_prev_cells_ptr`: through the words, through the sentence nodes), and with sentence nodes
+    each position block's partial sums of the gradients of the sentence terms and of `c_g^{t-1}` (`partials_ptr`,
+    `(position blocks, batch·W + 2·batch·K·H)`: the sentence terms' `(batch, W)`, then `c_g^{t-1}`'s parts
+    `(2, batch, K, H)`; what does not depend on the positions is in block 0's, zeros in the others'), which
+    `step_sums_kernel` adds up in a fixed order. The previous step's launch sums the parts of the cells' gradients as
+    it reads them (`d_cells_ptr`, `d_sentence_cells_ptr`; absent after the last step)."""
     b = tl.program_id(0).to(tl.int64)
     program = tl.program_id(1)
     batch = tl.num_programs(0).to(tl.int64)
     product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
     cells_part = batch * seq * hidden  # from part 0 to part 1 of a gradient of the word cells
-    sentence_cells_part = batch * NODES * hidden  # and of the sentence cells
+    hidden_blocks = tl.cdiv(hidden, BLOCK_H)
+    block = program // hidden_blocks
+    hidden_idx = (program % hidden_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
     # Sentence b's rows of every tensor.
     d_states_ptr += b * seq * hidden
     if d_output_states_ptr is not None:
@@ -592,11 +538,14 @@ def step_backward_kernel(
     if d_cells_ptr is not None:
         d_cells_ptr += b * seq * hidden
     product_ptr += b * seq * product_width
+    d_product_ptr += b * seq * product_width
     input_terms_ptr += b * seq * CONTEXT_BLOCKS * hidden
     cells_ptr += b * seq * hidden
     mask_ptr += b * seq
     d_input_terms_ptr += b * seq * CONTEXT_BLOCKS * hidden
     d_prev_cells_ptr += b * seq * hidden
+    forget_column = (2 * WINDOW + 1) * CONTEXT_BLOCKS * hidden  # where U_f h starts in a product row
+    sentence_column = CONTEXT_BLOCKS * hidden  # where W_f γ + b_f starts in the sentence terms
     if NODES > 0:
         d_sentence_states_ptr += b * NODES * hidden
         if d_sentence_cells_ptr is not None:
@@ -604,28 +553,85 @@ def step_backward_kernel(
         sentence_terms_ptr += b * (CONTEXT_BLOCKS + 3 * NODES) * hidden
         sentence_cells_ptr += b * NODES * hidden
         statistics_ptr += b * 4 * NODES * hidden
-        d_sentence_terms_ptr += b * (CONTEXT_BLOCKS + 3 * NODES) * hidden
-        d_prev_sentence_cells_ptr += b * NODES * hidden
-    word_programs = tl.cdiv(hidden, WORD_BLOCK_H)
-    if program < word_programs:
-        hidden_idx = program * WORD_BLOCK_H + tl.arange(0, WORD_BLOCK_H)
-        _word_update_backward(
-            d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr,
-            cells_ptr, sentence_cells_ptr, mask_ptr, d_input_terms_ptr, d_sentence_terms_ptr, d_prev_cells_ptr,
-            d_prev_sentence_cells_ptr, hidden_idx, seq, hidden, cells_part, WINDOW, NODES,
-            CONTEXT_BLOCKS, GATES, SIGMOID_SCORES, LATER_STEPS, WORD_BLOCK_S,
+        node, column, valid, node_offsets = _node_tile(hidden_idx, hidden, NODES, NODES_P)
+        forget_terms, _, _ = _sentence_terms(sentence_terms_ptr + sentence_column, node_offsets, valid, hidden, NODES)
+        cell, log_normalizer, d_cell, d_keep, d_output, keep_weight = _sentence_cell_gradients(
+            d_sentence_states_ptr, d_sentence_cells_ptr, sentence_cells_ptr, statistics_ptr, node_offsets, valid,
+            hidden, batch * NODES * hidden, NODES, SIGMOID_SCORES,
         )  # fmt: skip
-    elif NODES > 0:
-        hidden_idx = (program - word_programs) * SENTENCE_BLOCK_H + tl.arange(0, SENTENCE_BLOCK_H)
-        forget_column = (2 * WINDOW + 1) * CONTEXT_BLOCKS * hidden  # where U_f h starts in a product row
-        sentence_column = CONTEXT_BLOCKS * hidden  # where W_f γ + b_f starts in the sentence terms
-        _sentence_update_backward(
-            d_sentence_states_ptr, d_sentence_cells_ptr, product_ptr + forget_column, product_width,
-            sentence_terms_ptr + sentence_column, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr + b,
-            statistics_ptr, d_sentence_terms_ptr + sentence_column,
-            d_prev_cells_ptr + cells_part, d_prev_sentence_cells_ptr + sentence_cells_part, hidden_idx, seq, hidden,
-            sentence_cells_part, NODES, NODES_P, SIGMOID_SCORES, SENTENCE_BLOCK_S,
-        )  # fmt: skip
+        length = tl.load(lengths_ptr + b)
+
+    pre_sums = tl.zeros([GATES, BLOCK_H], dtype=tl.float32)  # Σ over the block's positions
+    value_sums = tl.zeros([GATES, BLOCK_H], dtype=tl.float32)
+    forget_sums = tl.zeros([NODES_P, BLOCK_H], dtype=tl.float32)
+    rows = tl.arange(0, BLOCK_S)
+    tile = 0
+    while tile < TILES:
+        first_owned = (block * TILES + tile) * (BLOCK_S - 2 * WINDOW)
+        if first_owned < seq:
+            positions = first_owned - WINDOW + rows
+            owned = (rows >= WINDOW) & (rows < BLOCK_S - WINDOW) & (positions < seq)
+            tile_pre_sums, tile_value_sums = _word_update_backward(
+                d_states_ptr, d_output_states_ptr, d_cells_ptr, product_ptr, input_terms_ptr, sentence_terms_ptr,
+                cells_ptr, sentence_cells_ptr, mask_ptr, d_product_ptr, d_input_terms_ptr, d_prev_cells_ptr,
+                positions, owned, hidden_idx, seq, hidden, cells_part, WINDOW, NODES, CONTEXT_BLOCKS, GATES,
+                SIGMOID_SCORES, LATER_STEPS,
+            )  # fmt: skip
+            pre_sums += tile_pre_sums
+            value_sums += tile_value_sums
+            if NODES > 0:
+                forget_sums += _sentence_update_backward(
+                    product_ptr + forget_column, d_product_ptr + forget_column, product_width, forget_terms,
+                    cells_ptr, mask_ptr, d_prev_cells_ptr + cells_part, cell, log_normalizer, d_cell, d_keep,
+                    d_output, length, tl.where(owned, positions, seq), hidden_idx, seq, hidden, NODES, NODES_P,
+                    SIGMOID_SCORES,
+                )  # fmt: skip
+        tile += 1
+
+    if NODES > 0:  # the block's partial sums
+        sentence_width = (CONTEXT_BLOCKS + 3 * NODES) * hidden
+        block_partials_ptr = partials_ptr + block * batch * (sentence_width + 2 * NODES * hidden)
+        terms_partials_ptr = block_partials_ptr + b * sentence_width
+        cells_partials_ptr = block_partials_ptr + batch * sentence_width + b * NODES * hidden
+        slot = tl.arange(0, GATES)[:, None]
+        in_hidden = hidden_idx[None, :] < hidden
+        slot_offsets = slot * hidden + hidden_idx[None, :]
+        tl.store(terms_partials_ptr + slot_offsets, pre_sums, mask=(slot < CONTEXT_BLOCKS) & in_hidden)
+        tl.store(terms_partials_ptr + sentence_column + node_offsets, forget_sums, mask=valid)
+        first = block == 0
+        keep_offsets = sentence_column + NODES * hidden + node_offsets
+        tl.store(terms_partials_ptr + keep_offsets, tl.where(first, d_keep, 0.0), mask=valid)
+        tl.store(terms_partials_ptr + keep_offsets + NODES * hidden, tl.where(first, d_output, 0.0), mask=valid)
+        # c_g^{t-1}'s through the words (the values at the sentence nodes' slots), then through the sentence nodes
+        node_slot = slot - (2 * WINDOW + 1)
+        node_mask = (node_slot >= 0) & (node_slot < NODES) & in_hidden
+        tl.store(cells_partials_ptr + slot_offsets - (2 * WINDOW + 1) * hidden, value_sums, mask=node_mask)
+        own_cell = tl.where(first, d_cell * keep_weight, 0.0)
+        tl.store(cells_partials_ptr + batch * NODES * hidden + node_offsets, own_cell, mask=valid)
+
+
+@triton.jit(do_not_specialize=("blocks", "terms_size", "size"))
+def step_sums_kernel(
+    partials_ptr, d_sentence_terms_ptr, d_prev_sentence_cells_ptr, blocks, terms_size, size, BLOCK: tl.constexpr
+):
+    """The sums over the position blocks of `step_backward_kernel`'s partial sums `(blocks, size)`, block after
+    block (the same order at every run: the same bits), into the gradient of the sentence terms (the first
+    `terms_size` columns) and of `c_g^{t-1}` (the rest), each in its own dtype. A program sums `BLOCK` columns; the
+    blocks are few (the sentence's length over the backward's position block), and so is its work."""
+    columns = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    in_size = columns < size
+    total = tl.zeros([BLOCK], dtype=tl.float32)
+    block = 0
+    while block < blocks:
+        total += tl.load(partials_ptr + block * size + columns, mask=in_size, other=0.0)
+        block += 1
+    is_term = columns < terms_size
+    tl.store(d_sentence_terms_ptr + columns, total.to(d_sentence_terms_ptr.dtype.element_ty), mask=is_term)
+    cells_ptr = d_prev_sentence_cells_ptr + (columns - terms_size)
+    tl.store(cells_ptr, total.to(d_prev_sentence_cells_ptr.dtype.element_ty), mask=in_size & ~is_term)
+
+
+STEP_KERNELS = ("step_forward_kernel", "step_backward_kernel", "step_sums_kernel")  # every kernel a step launches
 
 
 @dataclass(frozen=True)
@@ -635,20 +641,35 @@ class KernelTiles:
     length: each length would otherwise compile the kernels anew (`benchmark_compiles.py` counts the compiles).
 
     Args:
-        values_per_tile (`int`, defaults to 4096): about how many values a `(BLOCK_S, slots, BLOCK_H)` tile holds, so
-            that it stays in registers.
+        values_per_tile (`int`, defaults to 2048): about how many values a `(BLOCK_S, slots, BLOCK_H)` tile of the
+            forward holds, so that its live tiles stay in registers: at 2048, 16 values a thread with 4 warps
+            (compiled for sm_90, the paper configuration's forward takes about 100 registers a thread, no spills).
         max_block_h (`int`, defaults to 32): the widest hidden block.
         num_warps (`int`, defaults to 4): warps per program (Triton's default).
         max_block_s (`int`, defaults to 32): the longest position block. A block holds this many positions whatever
             the sentences' length (masked past their end), so a longer one would mostly compute padding on short
             sentences (CoNLL-2003 batches are 8-24 positions wide); 32 keeps the sentence bodies, whose tiles hold
             one slot per node, to a few loop passes on long ones.
+        backward_values_per_tile (`int`, defaults to 1024): the same for the backward's tiles, which keep more of
+            them live (the gates, their gradients, what the forward recomputed): half the forward's, so that its
+            programs too fit in 128 registers a thread.
+        backward_max_block_h (`int`, defaults to 16): the backward's widest hidden block. Narrower than the
+            forward's, so that its tiles are taller: each recomputes `2w` halo rows (at 8 rows and window 1, a
+            quarter of its rows; at 4, half).
+        backward_tiles_per_program (`int`, defaults to 1): how many tiles of positions a backward program takes,
+            one after another (the same number at any length): its position block, over which it sums the
+            gradients of the sentence terms before writing them (float32, one row of partial sums per block). More
+            tiles, fewer partial sums to write and add up, but the loop keeps more registers live (the paper
+            configuration's backward: 128 registers at 1, over 200 at 2).
     """
 
-    values_per_tile: int = 4096
+    values_per_tile: int = 2048
     max_block_h: int = 32
     num_warps: int = 4
     max_block_s: int = 32
+    backward_values_per_tile: int = 1024
+    backward_max_block_h: int = 16
+    backward_tiles_per_program: int = 1
 
 
 GPU_TILES = KernelTiles()
@@ -662,14 +683,17 @@ def use_tiles(tiles: KernelTiles, in_the_interpreter: bool = False):
     GPU_TILES, TILE_IN_THE_INTERPRETER = tiles, in_the_interpreter
 
 
-def tile_options(seq: int, hidden: int, slots: int) -> dict[str, int]:
-    """The launch options `BLOCK_S`, `BLOCK_H` (tiles `(BLOCK_S, slots, BLOCK_H)`) and `num_warps`: on a GPU as
-    `GPU_TILES` says, the same for every `seq` (one compile of each kernel for all lengths); in the interpreter,
-    which compiles nothing and pays per program and per operation rather than per value, all of a sentence at once
-    (unless `use_tiles` says otherwise)."""
+def tile_options(seq: int, hidden: int, slots: int, backward: bool = False) -> dict[str, int]:
+    """The launch options `BLOCK_S`, `BLOCK_H` (tiles `(BLOCK_S, slots, BLOCK_H)`) and `num_warps`, and with
+    `backward` the backward's tiles and its `TILES` per program: on a GPU as `GPU_TILES` says, the same for every
+    `seq` (one compile of each kernel for all lengths); in the interpreter, which compiles nothing and pays per
+    program and per operation rather than per value, all of a sentence at once (unless `use_tiles` says otherwise)."""
     block_h = triton.next_power_of_2(hidden)
     if KERNELS_INTERPRETED and not TILE_IN_THE_INTERPRETER:
-        return {"BLOCK_S": triton.next_power_of_2(seq), "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
-    block_h = min(block_h, GPU_TILES.max_block_h)
-    block_s = max(1, min(GPU_TILES.max_block_s, GPU_TILES.values_per_tile // (slots * block_h)))
-    return {"BLOCK_S": block_s, "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
+        options = {"BLOCK_S": triton.next_power_of_2(seq), "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
+        return {**options, "TILES": 1} if backward else options
+    values = GPU_TILES.backward_values_per_tile if backward else GPU_TILES.values_per_tile
+    block_h = min(block_h, GPU_TILES.backward_max_block_h if backward else GPU_TILES.max_block_h)
+    block_s = max(1, min(GPU_TILES.max_block_s, values // (slots * block_h)))
+    options = {"BLOCK_S": block_s, "BLOCK_H": block_h, "num_warps": GPU_TILES.num_warps}
+    return {**options, "TILES": GPU_TILES.backward_tiles_per_program} if backward else options

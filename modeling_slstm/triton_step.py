@@ -24,7 +24,7 @@ import torch
 
 from .custom_operators import operator_name
 from .kernel_dispatch import triton_obstacles, uses_kernels
-from .triton_kernels import step_backward_kernel, step_forward_kernel, tile_options
+from .triton_kernels import step_backward_kernel, step_forward_kernel, step_sums_kernel, tile_options
 
 FUSED_STEP_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 OPTIONS_NOT_COVERED = ("context_independent_content", "remove_output_gate")
@@ -79,9 +79,14 @@ def contiguous(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]
     return tuple(None if tensor is None else tensor.contiguous() for tensor in tensors)
 
 
+SUMS_BLOCK = 256
+"""Columns per program of `step_sums_kernel`."""
+
+
 class StepKernels:
-    """The two kernel launches of a step (`step_forward_kernel`, `step_backward_kernel`) for sentences of one shape:
-    the grids and options, worked out once and the same at every step.
+    """The kernel launches of a step (`step_forward_kernel`; `step_backward_kernel`, then with sentence nodes
+    `step_sums_kernel`) for sentences of one shape: the grids and options, worked out once and the same at every
+    step.
 
     The kernels read every tensor as contiguous: the callers (`step_update`, `step_update_backward`,
     `FusedRecurrence`) make them so at their boundaries, once, rather than at every step.
@@ -95,27 +100,43 @@ class StepKernels:
 
     def __init__(self, batch: int, seq: int, hidden: int, nodes: int, window_size: int, sigmoid_scores: bool):
         self.nodes = nodes
-        gates, nodes_p = next_power_of_2(2 * window_size + nodes + 2), next_power_of_2(max(nodes, 1))
+        gates, nodes_p = next_power_of_2(2 * window_size + nodes + 4), next_power_of_2(max(nodes, 1))
         word_tiles, sentence_tiles = tile_options(seq, hidden, gates), tile_options(seq, hidden, nodes_p)
-        self.options = {
+        shared = {
             "seq": seq,
             "hidden": hidden,
             "WINDOW": window_size,
             "NODES": nodes,
             "NODES_P": nodes_p,
-            "CONTEXT_BLOCKS": 2 * window_size + nodes + 4,  # the normalised gates, o and u
+            "CONTEXT_BLOCKS": 2 * window_size + nodes + 4,  # the normalised gates, o and u: the slots of a tile
             "GATES": gates,
             "SIGMOID_SCORES": sigmoid_scores,
+            "num_warps": word_tiles["num_warps"],
+        }
+        self.forward_options = {
+            **shared,
             "WORD_BLOCK_S": word_tiles["BLOCK_S"],
             "WORD_BLOCK_H": word_tiles["BLOCK_H"],
             "SENTENCE_BLOCK_S": sentence_tiles["BLOCK_S"],
             "SENTENCE_BLOCK_H": sentence_tiles["BLOCK_H"],
-            "num_warps": word_tiles["num_warps"],
+        }
+        # The backward's tile holds w halo rows on each side of the rows it owns, and at least as many owned rows.
+        backward_tiles = tile_options(seq, hidden, gates, backward=True)
+        backward_block_s = max(backward_tiles["BLOCK_S"], next_power_of_2(4 * window_size))
+        tiles = backward_tiles["TILES"]
+        self.backward_options = {
+            **shared, "BLOCK_S": backward_block_s, "BLOCK_H": backward_tiles["BLOCK_H"], "TILES": tiles
         }
         word_hidden_blocks = -(-hidden // word_tiles["BLOCK_H"])
         sentence_programs = -(-hidden // sentence_tiles["BLOCK_H"]) if nodes else 0
-        self.forward_grid = (batch, -(-seq // word_tiles["BLOCK_S"]) * word_hidden_blocks + sentence_programs)
-        self.backward_grid = (batch, word_hidden_blocks + sentence_programs)
+        self.forward_grid = (batch, sentence_programs + -(-seq // word_tiles["BLOCK_S"]) * word_hidden_blocks)
+        self.position_blocks = -(-seq // ((backward_block_s - 2 * window_size) * tiles))
+        self.backward_grid = (batch, self.position_blocks * -(-hidden // backward_tiles["BLOCK_H"]))
+        # The partial sums per position block, with sentence nodes: the sentence terms' gradient (batch, W), then
+        # the two parts of c_g^{t-1}'s (2, batch, K, H).
+        sentence_width = (2 * window_size + 4 * nodes + 4) * hidden  # W, the sentence terms'
+        self.sentence_gradients_size = batch * (sentence_width + 2 * nodes * hidden) if nodes else 0
+        self.sums_grid = (-(-self.sentence_gradients_size // SUMS_BLOCK),)
 
     @classmethod
     def for_cells(cls, cells: torch.Tensor, sentence_cells: torch.Tensor, window_size: int, sigmoid_scores: bool):
@@ -140,30 +161,38 @@ class StepKernels:
                 sentence_terms_ptr=sentence_terms, sentence_cells_ptr=sentence_cells, statistics_ptr=statistics,
                 new_sentence_states_ptr=new_sentence_states, new_sentence_cells_ptr=new_sentence_cells,
             ),
-            **self.options,
+            **self.forward_options,
         )  # fmt: skip
         return outputs
 
     def backward(
         self, d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms, later_steps,
-        product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics,
+        d_product, product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics,
     ):  # fmt: skip
-        """The gradients of one step (as `step_update_backward`: the product's written over it), on contiguous
-        tensors."""
+        """The gradients of one step (as `step_update_backward`: the product's written into `d_product`), on
+        contiguous tensors."""
         gradients = step_update_gradients(sentence_terms, cells, sentence_cells)
         d_sentence_terms, d_prev_cells, d_prev_sentence_cells = gradients
+        partials = None
+        if self.nodes:  # float32 partial sums per position block, (blocks, sentence_gradients_size)
+            partials = cells.new_empty(self.position_blocks, self.sentence_gradients_size, dtype=torch.float32)
         step_backward_kernel[self.backward_grid](
             d_states_ptr=d_states, d_output_states_ptr=d_output_states, d_cells_ptr=d_cells, product_ptr=product,
             input_terms_ptr=input_terms, cells_ptr=cells, mask_ptr=mask, lengths_ptr=lengths,
-            d_input_terms_ptr=d_input_terms, d_prev_cells_ptr=d_prev_cells,
+            d_product_ptr=d_product, d_input_terms_ptr=d_input_terms, d_prev_cells_ptr=d_prev_cells,
             **self.sentence_tensors(
                 d_sentence_states_ptr=d_sentence_states, d_sentence_cells_ptr=d_sentence_cells,
                 sentence_terms_ptr=sentence_terms, sentence_cells_ptr=sentence_cells, statistics_ptr=statistics,
-                d_sentence_terms_ptr=d_sentence_terms, d_prev_sentence_cells_ptr=d_prev_sentence_cells,
+                partials_ptr=partials,
             ),
             LATER_STEPS=later_steps,
-            **self.options,
+            **self.backward_options,
         )  # fmt: skip
+        if self.nodes:
+            step_sums_kernel[self.sums_grid](
+                partials, d_sentence_terms, d_prev_sentence_cells, self.position_blocks, d_sentence_terms.numel(),
+                self.sentence_gradients_size, BLOCK=SUMS_BLOCK,
+            )  # fmt: skip
         return gradients
 
 
@@ -208,7 +237,7 @@ def _(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths
     return step_update_outputs(cells, sentence_cells)
 
 
-@torch.library.custom_op(operator_name("step_update_backward"), mutates_args=("d_input_terms", "product"))
+@torch.library.custom_op(operator_name("step_update_backward"), mutates_args=("d_input_terms", "d_product"))
 def step_update_backward(
     d_states: torch.Tensor,
     d_output_states: torch.Tensor | None,
@@ -217,6 +246,7 @@ def step_update_backward(
     d_sentence_cells: torch.Tensor | None,
     d_input_terms: torch.Tensor,
     later_steps: bool,
+    d_product: torch.Tensor,
     product: torch.Tensor,
     input_terms: torch.Tensor,
     sentence_terms: torch.Tensor | None,
@@ -228,24 +258,24 @@ def step_update_backward(
     window_size: int,
     sigmoid_scores: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Launches `step_backward_kernel`, from the gradients of `h^t` (`d_states`, plus `d_output_states` where the
-    encoder's output `h^t` has one), `c^t`, `g^t` and `c_g^t` (the cells' `None` after the last step, else each the
-    pair of parts through the words and through the sentence nodes that this returned for the next step, stacked) ->
-    the gradients of the sentence terms, and of `c^{t-1}` and `c_g^{t-1}`, each of the two a pair `(2, ...)` of the
-    parts through the words and through the sentence nodes (one part without sentence nodes). The gradient of the
-    product is written over `product` (contiguous), which the step's backward reads no more: one tensor of the
-    product's size rather than two. The gradient of `U x + b` is written into `d_input_terms` (float32,
-    contiguous), or with `later_steps` added to it (the sum over the later steps). Any other layout is taken
-    (copied to a contiguous one here)."""
-    for name, tensor in (("d_input_terms", d_input_terms), ("product", product)):
+    """Launches `step_backward_kernel` (and with sentence nodes `step_sums_kernel`), from the gradients of `h^t`
+    (`d_states`, plus `d_output_states` where the encoder's output `h^t` has one), `c^t`, `g^t` and `c_g^t` (the
+    cells' `None` after the last step, else each the pair of parts through the words and through the sentence nodes
+    that this returned for the next step, stacked) -> the gradients of the sentence terms, and of `c^{t-1}` and
+    `c_g^{t-1}`, each of the two a pair `(2, ...)` of the parts through the words and through the sentence nodes
+    (one part without sentence nodes). The gradient of the product is written into `d_product` (contiguous, the
+    product's shape and dtype; a tensor apart from `product`, so that no program's writes wait for another's reads).
+    The gradient of `U x + b` is written into `d_input_terms` (float32, contiguous), or with `later_steps` added to
+    it (the sum over the later steps). Any other layout is taken (copied to a contiguous one here)."""
+    for name, tensor in (("d_input_terms", d_input_terms), ("d_product", d_product)):
         if not tensor.is_contiguous():
             raise ValueError(
                 f"{name} must be contiguous (the kernel writes it in place), got strides {tensor.stride()}"
             )
     kernels = StepKernels.for_cells(cells, sentence_cells, window_size, sigmoid_scores)
     gradients = contiguous(d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells)
-    inputs = contiguous(input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics)
-    return kernels.backward(*gradients, d_input_terms, later_steps, product, *inputs)
+    inputs = contiguous(product, input_terms, sentence_terms, cells, sentence_cells, mask, lengths, statistics)
+    return kernels.backward(*gradients, d_input_terms, later_steps, d_product, *inputs)
 
 
 def step_update_gradients(sentence_terms, cells, sentence_cells):
@@ -259,8 +289,8 @@ def step_update_gradients(sentence_terms, cells, sentence_cells):
 
 
 @step_update_backward.register_fake
-def _(d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms, later_steps, product,
-      input_terms, sentence_terms, cells, sentence_cells, *rest):  # fmt: skip
+def _(d_states, d_output_states, d_cells, d_sentence_states, d_sentence_cells, d_input_terms, later_steps, d_product,
+      product, input_terms, sentence_terms, cells, sentence_cells, *rest):  # fmt: skip
     return step_update_gradients(sentence_terms, cells, sentence_cells)
 
 
@@ -363,6 +393,15 @@ def kept_products(num_steps: int, states: torch.Tensor, words_weight: torch.Tens
     return words_weight.new_empty(shape)
 
 
+def d_product_room(product: torch.Tensor, step_products: tuple, step: int) -> torch.Tensor:
+    """Where step `step`'s backward writes `dP` (like `product` `(batch, seq, R)`): the kept product of step
+    `step + 1`, which that step's backward (run before this one) has read for the last time, or a new tensor where
+    there is none (the last step, or products recomputed)."""
+    if step + 1 < len(step_products) and step_products[step + 1] is not None:
+        return step_products[step + 1].view_as(product)
+    return torch.empty_like(product)
+
+
 def per_step(products: torch.Tensor | None, num_steps: int) -> tuple:
     """Each step's kept product `(batch * seq, R)` of `products` `(T, batch * seq, R)`, or `None` for each step."""
     return (None,) * num_steps if products is None else products.unbind(0)
@@ -377,12 +416,14 @@ class FusedRecurrence(torch.autograd.Function):
     from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
     on the sentence states, `sentences_weight`). Each step's inputs are saved (`StepInputs`, what gradient
     checkpointing of every step would keep), and on short batches every step's `P` too (`KEPT_PRODUCTS_BYTES`). The
-    backward launches the backward kernel, which writes `dP` over `P`, then two matmuls for the gradients of `h^{t-1}`
-    and `γ^{t-1}`. With the products kept, the gradient of `W_h` is one matmul over all steps at the end (a later
-    backward through the same graph, `retain_graph=True`, finds `dP` there and recomputes `P`); without, the backward
-    recomputes each step's `P` (one such tensor at a time, the backward's largest) and sums the gradient of `W_h`
-    step by step in place. That of `W_G` is one matmul over all steps at the end (its inputs are
-    one vector per sentence). The weights come stacked (autograd splits their gradients back to the layers).
+    backward launches the backward kernels, which write `dP` into a tensor apart from `P` (`d_product_room`), then two
+    matmuls for the gradients of `h^{t-1}` and `γ^{t-1}`. With the products kept, each step's `dP` takes the kept
+    product of the step after it, which that step's backward has read for the last time (the last step's, a tensor
+    of its own): the gradient of `W_h` is one matmul for the last step and one over all the others at the end (a
+    later backward through the same graph, `retain_graph=True`, finds `dP` there and recomputes `P`); without, the
+    backward recomputes each step's `P` and sums the gradient of `W_h` step by step in place, holding one `P` and one
+    `dP` at a time (the backward's largest tensors). That of `W_G` is one matmul over all steps at the end (its inputs
+    are one vector per sentence). The weights come stacked (autograd splits their gradients back to the layers).
 
     Inputs: `U x + b` `(batch, seq, C·H)`, `h^0`, `c^0` `(batch, seq, H)`, `g^0`, `c_g^0` `(batch, K, H)`, the float
     mask `(batch, seq, 1)` and lengths `(batch, 1)`; `W_h` `(R, H)` (its dtype is the matmuls', autocast's where
@@ -418,7 +459,7 @@ class FusedRecurrence(torch.autograd.Function):
                 outputs.append(h)
         ctx.save_for_backward(input_terms, mask, lengths, words_weight, sentences_weight, products, *saved)
         ctx.options = options
-        ctx.products_hold_d_products = False  # set by the backward, which writes dP over them
+        ctx.products_hold_d_products = False  # set by the backward, which writes dP over all but the first
         return (*outputs, g)
 
     @staticmethod
@@ -428,7 +469,7 @@ class FusedRecurrence(torch.autograd.Function):
         if ctx.products_hold_d_products:  # a later backward through the graph (`retain_graph=True`): recompute P
             products = None
         elif products is not None:
-            ctx.products_hold_d_products = True  # this backward writes dP over them
+            ctx.products_hold_d_products = True  # this backward writes dP over all but the first
         width = len(StepInputs._fields)
         steps = [StepInputs(*saved[start : start + width]) for start in range(0, len(saved), width)]
         # d h^1 … d h^T, d g^T: each None where the loss has none, and of any layout (expanded, sliced, ...).
@@ -452,29 +493,30 @@ class FusedRecurrence(torch.autograd.Function):
                 if product is None:  # recomputed
                     product = torch.mm(flat_h_in, words_weight.t())
                 product = product.view(*inputs.word_cells.shape[:2], -1)  # (batch, seq, R)
-                # dP is written over P. The cells' gradients come in two parts (through the words, through the
-                # sentence nodes): (2, ...).
+                d_product = d_product_room(product, step_products, step)
+                # The cells' gradients come in two parts (through the words, through the sentence nodes): (2, ...).
                 d_sentence_terms, d_cells, d_sentence_cells = update_backward(
                     d_states, d_output_states[step], d_cells, d_sentence_states, d_sentence_cells, d_input_terms,
-                    step < options.num_steps - 1, product, input_terms, inputs.sentence_terms, inputs.word_cells,
-                    inputs.sentence_cells, mask, lengths, inputs.statistics,
+                    step < options.num_steps - 1, d_product, product, input_terms, inputs.sentence_terms,
+                    inputs.word_cells, inputs.sentence_cells, mask, lengths, inputs.statistics,
                 )  # fmt: skip
                 if sentences_weight is not None:
                     d_sentence_terms_per_step.append(d_sentence_terms)
                     d_g_in = torch.mm(d_sentence_terms, sentences_weight)  # (batch, K·H)
                     d_sentence_states = undropped(d_g_in.view_as(inputs.sentence_cells), inputs.sentence_keep, rate)
-                flat_d_product = product.flatten(0, 1)  # dP: (batch * seq, R)
+                flat_d_product = d_product.flatten(0, 1)  # dP: (batch * seq, R)
                 d_states = undropped(torch.mm(flat_d_product, words_weight).view_as(inputs.word_cells),
                                      inputs.word_keep, rate)  # fmt: skip
-                if products is None:  # W_h's gradient summed step by step, in place
+                if products is None or step == options.num_steps - 1:  # W_h's gradient of the dP held apart
                     if d_words_weight is None:
                         d_words_weight = torch.mm(flat_d_product.t(), flat_h_in)
                     else:
                         d_words_weight.addmm_(flat_d_product.t(), flat_h_in)
-                del product, flat_d_product  # without `products`: freed before the next step allocates its own
-            if products is not None:  # dP of every step, written over the kept products: one matmul for W_h's
-                word_inputs = torch.cat([inputs.word_states for inputs in steps]).flatten(0, 1)  # (T·batch·seq, H)
-                d_words_weight = torch.mm(products.flatten(0, 1).t(), word_inputs)
+                del product, d_product, flat_d_product  # freed before the next step allocates its own
+            if products is not None and options.num_steps > 1:  # dP of the steps before the last, in the kept
+                # products after the first: one matmul for their part of W_h's gradient
+                word_inputs = torch.cat([inputs.word_states for inputs in steps[:-1]]).flatten(0, 1)
+                d_words_weight.addmm_(products[1:].flatten(0, 1).t(), word_inputs)
             d_sentences_weight = d_sentences_bias = None
             if sentences_weight is not None:
                 d_terms = torch.cat(d_sentence_terms_per_step[::-1])  # (steps * batch, W)

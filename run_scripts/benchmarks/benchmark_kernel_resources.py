@@ -12,13 +12,12 @@ sm_90 by Triton's compiler and `ptxas` in a fresh process (`support/kernel_compi
 memory a launch asks for, warps per program, and how many programs per SM the registers allow. A variant is labelled
 by the launch arguments in which it differs from the kernel's other variants.
 
-Then the programs per launch of the fused step and the serial passes over position blocks of its longest programs
-(`launch_counts.step_programs`), for the NER config at `--program_shapes`.
+The programs per launch, their serial passes and their memory traffic: `benchmark_step_kernel_costs.py`.
 
-Prints both tables and writes `<name>.csv`, `<name>_programs.csv` and `<name>.md` under `--output_dir`.
+Prints the table and writes `<name>.csv` and `<name>.md` under `--output_dir`.
 
     python run_scripts/benchmarks/benchmark_kernel_resources.py
-    python run_scripts/benchmarks/benchmark_kernel_resources.py --tasks ner --families step --program_shapes 32x64
+    python run_scripts/benchmarks/benchmark_kernel_resources.py --tasks ner --families step
 """
 
 import os
@@ -37,10 +36,8 @@ from run_scripts.benchmarks.benchmark_launch_counts import TASKS, paper_model
 from run_scripts.benchmarks.support import kernel_compiles
 from run_scripts.benchmarks.support.csv_tables import write_csv
 from run_scripts.benchmarks.support.kernel_resources import programs_per_sm_by_registers, ptxas_resources
-from run_scripts.benchmarks.support.launch_counts import step_programs
 from run_scripts.benchmarks.support.speed_report import markdown_table
 from run_scripts.benchmarks.support.timing import machine_info
-from run_scripts.benchmarks.support.workloads import parse_shape
 from run_scripts.training.arguments import check_choices, parse_arguments
 
 FAMILIES = {"step": kernel_compiles.STEP_KERNEL_NAMES, "crf": kernel_compiles.kernel_names(kernel_compiles.triton_crf)}
@@ -48,7 +45,6 @@ RECORDED_WIDTH = 20
 """Positions of the recorded batches: no compiled variant depends on them (Triton does not specialise on `seq`)."""
 FIELDS = ["task", "kernel", "variant", "registers", "spill_store_bytes", "spill_load_bytes", "stack_bytes"]
 FIELDS += ["shared_bytes", "num_warps", "programs_per_sm", "compile_seconds"]
-PROGRAM_FIELDS = ["task", "shape", "launch", "grid", "programs", "word_passes", "sentence_passes"]
 
 
 @dataclass
@@ -59,19 +55,12 @@ class KernelResourceArguments:
         default_factory=lambda: ["ner", "classification"], metadata={"help": f"paper configs of {list(TASKS)}"}
     )
     families: list[str] = field(default_factory=lambda: list(FAMILIES), metadata={"help": f"of {list(FAMILIES)}"})
-    program_task: str = field(default="ner", metadata={"help": "the config of the programs-per-launch table"})
-    program_shapes: list[str] = field(
-        default_factory=lambda: ["32x512", "10x20"], metadata={"help": "batch x length of that table"}
-    )
     output_dir: Path = field(default=Path("."))
     name: str = field(default="kernel_resources")
 
     def __post_init__(self):
         check_choices("tasks", self.tasks, TASKS)
-        check_choices("program_task", [self.program_task], TASKS)
         check_choices("families", self.families, FAMILIES)
-        for shape in self.program_shapes:
-            parse_shape(shape)
         self.output_dir = Path(self.output_dir)
 
 
@@ -120,44 +109,28 @@ def resource_rows(args: KernelResourceArguments) -> list[dict]:
     return rows
 
 
-def program_rows(args: KernelResourceArguments) -> list[dict]:
-    """`launch_counts.step_programs` of the `--program_task` config at each of `--program_shapes`."""
-    config = paper_model(args.program_task, "triton").config
-    rows = []
-    for shape in args.program_shapes:
-        batch, length = parse_shape(shape)
-        for row in step_programs(config, batch, length):
-            rows.append({"task": args.program_task, "shape": f"{batch}x{length}", **row})
-    return rows
-
-
 def _cell(value) -> str:
     return "–" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def markdown(rows: list[dict], programs: list[dict]) -> list[str]:
+def markdown(rows: list[dict]) -> list[str]:
     header = ["task", "kernel", "variant", "registers / thread", "spill stores (B)", "spill loads (B)",
               "stack frame (B)", "shared memory (B)", "warps", "programs / SM (registers)"]  # fmt: skip
     body = [[_cell(row[name]) for name in FIELDS[:-1]] for row in rows]
-    lines = markdown_table(header, body)
-    header = ["task", "batch × length", "launch", "grid", "programs", "passes of a word program",
-              "passes of a sentence program"]  # fmt: skip
-    lines += ["", *markdown_table(header, [[_cell(row[name]) for name in PROGRAM_FIELDS] for row in programs])]
-    return lines
+    return markdown_table(header, body)
 
 
 def main(argv=None) -> list[dict]:
     args = parse_arguments(KernelResourceArguments, argv, description=__doc__)
-    rows, programs = resource_rows(args), program_rows(args)
+    rows = resource_rows(args)
     machine = f"Compiled on {machine_info(torch.device('cpu'))['cpu']}, Triton {triton.__version__}"
     arguments = sys.argv[1:] if argv is None else argv
     command = " ".join(["python", "run_scripts/benchmarks/benchmark_kernel_resources.py", *arguments])
-    lines = markdown(rows, programs)
+    lines = markdown(rows)
     print(f"sm_90 binaries. {machine}", *lines, sep="\n")
     args.output_dir.mkdir(parents=True, exist_ok=True)
     write_csv(rows, args.output_dir / f"{args.name}.csv", FIELDS)
-    write_csv(programs, args.output_dir / f"{args.name}_programs.csv", PROGRAM_FIELDS)
-    title = ["# The kernels compiled for sm_90: registers, spills, programs", "", f"Command: `{command}`  "]
+    title = ["# The kernels compiled for sm_90: registers and spills", "", f"Command: `{command}`  "]
     (args.output_dir / f"{args.name}.md").write_text("\n".join([*title, machine, "", *lines]) + "\n")
     return rows
 

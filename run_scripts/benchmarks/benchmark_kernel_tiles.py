@@ -26,7 +26,8 @@ from run_scripts.benchmarks.support.workloads import random_workload
 from run_scripts.training.arguments import parse_arguments
 
 FIELDS = ["device_name", "torch", "variant", "batch", "length"]
-FIELDS += ["values_per_tile", "max_block_h", "num_warps", "max_block_s", "median_ms", "ratio_to_default"]
+FIELDS += ["values_per_tile", "max_block_h", "num_warps", "max_block_s", "backward_values_per_tile"]
+FIELDS += ["backward_max_block_h", "backward_tiles_per_program", "median_ms", "ratio_to_default"]
 
 
 @dataclass
@@ -41,6 +42,9 @@ class TileSweepArguments:
     max_block_h: list[int] = field(default_factory=lambda: [16, 32, 64])
     num_warps: list[int] = field(default_factory=lambda: [2, 4, 8])
     max_block_s: list[int] = field(default_factory=lambda: [16, 32, 64, 128])
+    backward_values_per_tile: list[int] = field(default_factory=lambda: [1024, 2048])
+    backward_max_block_h: list[int] = field(default_factory=lambda: [16])
+    backward_tiles_per_program: list[int] = field(default_factory=lambda: [1, 2])
     warmup: int = 2
     repeats: int = 5
     min_time: float = 0.2
@@ -51,7 +55,7 @@ class TileSweepArguments:
 
 def tilings(arguments: TileSweepArguments) -> list[triton_kernels.KernelTiles]:
     """Every values-per-tile and block width with the default warps, and every warp count and longest position block
-    at the default tile."""
+    at the default tile; every backward tile size and width, and tiles per backward program, at the defaults."""
     default = triton_kernels.KernelTiles()
     shapes = [
         triton_kernels.KernelTiles(values, block_h, default.num_warps)
@@ -62,7 +66,12 @@ def tilings(arguments: TileSweepArguments) -> list[triton_kernels.KernelTiles]:
         for warps in arguments.num_warps
     ]
     position_blocks = [replace(default, max_block_s=block_s) for block_s in arguments.max_block_s]
-    return list(dict.fromkeys([default, *shapes, *warps, *position_blocks]))
+    backward = [
+        replace(default, backward_values_per_tile=values, backward_max_block_h=block_h)
+        for values, block_h in product(arguments.backward_values_per_tile, arguments.backward_max_block_h)
+    ]
+    backward += [replace(default, backward_tiles_per_program=tiles) for tiles in arguments.backward_tiles_per_program]
+    return list(dict.fromkeys([default, *shapes, *warps, *position_blocks, *backward]))
 
 
 def tiled_call(timed: TimedModel, tiles: triton_kernels.KernelTiles):

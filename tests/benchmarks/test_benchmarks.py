@@ -302,3 +302,25 @@ def test_cpu_bf16_benchmark_tiny(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"({before.reason})" in printed and "| bf16 autocast, float32 matmuls |" in printed
     assert "| float32 |" in printed and (tmp_path / "cpu_bf16.md").read_text().strip() == printed.strip()
+
+
+def test_step_kernel_costs_of_the_paper_configuration():
+    """`benchmark_step_kernel_costs.py` at 32 x 512 words, bf16 matmuls: the backward holds beside `P` its gradient
+    (32 * 512 words x 7200 columns x 2 bytes) and one float32 row of partial sums per position block of 6 words
+    (86 of them, each `(batch·W + 2·batch·K·H)` wide: W = 3000, K·H = 300); one pass per backward program, and 16
+    of 32 positions for the forward's sentence programs."""
+    pytest.importorskip("triton")
+    from modeling_slstm import triton_kernels
+    from run_scripts.benchmarks.benchmark_step_kernel_costs import StepCostArguments, launch_costs
+
+    previous = (triton_kernels.GPU_TILES, triton_kernels.TILE_IN_THE_INTERPRETER)
+    triton_kernels.use_tiles(triton_kernels.KernelTiles(), in_the_interpreter=True)
+    try:
+        forward, backward, sums = launch_costs(32, 512, StepCostArguments())
+    finally:
+        triton_kernels.use_tiles(*previous)
+    partials = 86 * 32 * (3000 + 2 * 300) * 4
+    assert backward["held"] == 32 * 512 * 7200 * 2 + partials
+    assert (forward["passes"], backward["passes"], sums["passes"]) == (16, 1, 86)
+    assert backward["programs"] == 32 * 86 * 19  # position blocks x hidden blocks of 16 (300 units)
+    assert sums["bytes"] > partials and backward["bytes"] > forward["bytes"] > 0

@@ -20,11 +20,12 @@ from run_scripts.benchmarks.support.workloads import parse_shape
 
 BUDGETS = {
     # (task, batch x length): budget per implementation, today's counts, so that any regression fails. The fused path
-    # meets its targets (NER loss <= 200 at every length, classification <= 150) and launches nothing per word.
-    ("ner", "2x8"): {"readable": 1237, "fused": 130},
-    ("ner", "2x32"): {"readable": 1817, "fused": 130},
-    ("pos", "2x32"): {"readable": 730, "fused": 106},
-    ("classification", "2x21"): {"readable": 943, "fused": 121},
+    # meets its targets (NER loss <= 200 at every length, classification <= 150) and launches nothing per word. Its
+    # backward writes each step's dP apart from P (the last step's into a tensor of its own): one matmul more.
+    ("ner", "2x8"): {"readable": 1237, "fused": 131},
+    ("ner", "2x32"): {"readable": 1817, "fused": 131},
+    ("pos", "2x32"): {"readable": 730, "fused": 107},
+    ("classification", "2x21"): {"readable": 943, "fused": 122},
 }
 # One optimizer step after the forward and backward (clipping, AdamW, scheduler, zero_grad), by task: fused AdamW
 # launches the same 10 operators for any number of parameters (8 of them clipping's); foreach AdamW on a CPU adds 2

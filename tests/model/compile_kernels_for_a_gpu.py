@@ -3,8 +3,9 @@ GPU: the interpreter runs kernels as Python, which forgives what the compiler re
 missing constexprs). Run without `TRITON_INTERPRET`, for the kernels named on the command line (default: all), each
 with the one compile of every such check (`run_scripts/benchmarks/support/kernel_compiles.py`):
 
-- `step` (by `test_fused_step.py::test_kernels_compile_for_a_gpu`): the fused step's kernels, bf16 tensors with a
-  float32 mask and saved statistics;
+- `step` (by `test_fused_step.py::test_kernels_compile_for_a_gpu`): the fused step's kernels (every one of
+  `triton_kernels.STEP_KERNELS`) with the options and tiles `triton_step.StepKernels` gives them on a GPU, bf16
+  tensors with a float32 mask, saved statistics and partial sums;
 - `crf` (by `test_crf_kernels.py::test_kernels_compile_for_a_gpu`): the CRF's kernels, bf16 emissions.
 
     python tests/model/compile_kernels_for_a_gpu.py [step] [crf]
@@ -15,19 +16,19 @@ import sys
 
 import triton
 
-from modeling_slstm import triton_crf, triton_kernels
+from modeling_slstm import triton_crf, triton_kernels, triton_step
 from run_scripts.benchmarks.support.kernel_compiles import compile_for_sm_90
 
-FLOAT32_POINTERS = ("mask_ptr", "lengths_ptr", "statistics_ptr", "d_input_terms_ptr")
-INTEGERS = ("seq", "hidden")
+FLOAT32_POINTERS = ("mask_ptr", "lengths_ptr", "statistics_ptr", "d_input_terms_ptr", "partials_ptr")
+INTEGERS = ("seq", "hidden", "blocks", "terms_size", "size")
 ABSENT_WITHOUT_NODES = (
     "sentence_terms_ptr", "sentence_cells_ptr", "new_sentence_states_ptr", "new_sentence_cells_ptr", "statistics_ptr",
-    "d_sentence_states_ptr", "d_sentence_cells_ptr", "d_sentence_terms_ptr", "d_prev_sentence_cells_ptr",
+    "d_sentence_states_ptr", "d_sentence_cells_ptr", "partials_ptr",
 )  # fmt: skip
 ABSENT_AFTER_THE_LAST_STEP = ("d_output_states_ptr", "d_cells_ptr", "d_sentence_cells_ptr")
 
 
-def compile_for_hopper(kernel, **constants):
+def compile_for_hopper(kernel, num_warps=4, **constants):
     names = inspect.signature(kernel.fn).parameters
     constants = {name: value for name, value in constants.items() if name in names}
     signature = {
@@ -35,25 +36,27 @@ def compile_for_hopper(kernel, **constants):
         else "*fp32" if name in FLOAT32_POINTERS else "*bf16"
         for name in names
     }  # fmt: skip
-    compile_for_sm_90(kernel, signature, constants)
+    compile_for_sm_90(kernel, signature, constants, options={"num_warps": num_warps})
 
 
-def step(window, nodes, sigmoid, last_step=False):
+def step(window, nodes, sigmoid, last_step=False, hidden=300):
+    """The constants of the forward's and the backward's launches as `StepKernels` makes them at `hidden`."""
     absent = dict.fromkeys(
         (ABSENT_WITHOUT_NODES if nodes == 0 else ()) + (ABSENT_AFTER_THE_LAST_STEP if last_step else ())
     )
-    return dict(WINDOW=window, NODES=nodes, NODES_P=triton.next_power_of_2(max(nodes, 1)),
-                GATES=triton.next_power_of_2(2 * window + nodes + 2), CONTEXT_BLOCKS=2 * window + nodes + 4,
-                SIGMOID_SCORES=sigmoid, LATER_STEPS=not last_step,
-                WORD_BLOCK_S=16, WORD_BLOCK_H=32, SENTENCE_BLOCK_S=64, SENTENCE_BLOCK_H=32, **absent)  # fmt: skip
+    kernels = triton_step.StepKernels(2, 37, hidden, nodes, window, sigmoid)
+    options = {**kernels.forward_options, **kernels.backward_options, "LATER_STEPS": not last_step, **absent}
+    return {name: value for name, value in options.items() if name not in INTEGERS}
 
 
 def compile_the_step_kernels():
     compile_for_hopper(triton_kernels.step_forward_kernel, **step(1, 1, True))
-    compile_for_hopper(triton_kernels.step_forward_kernel, **step(2, 0, False))
-    compile_for_hopper(triton_kernels.step_backward_kernel, **step(2, 2, True))
+    compile_for_hopper(triton_kernels.step_forward_kernel, **step(2, 0, False, hidden=40))
+    compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 1, True))
+    compile_for_hopper(triton_kernels.step_backward_kernel, **step(2, 2, True, hidden=40))
     compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 1, False, last_step=True))
     compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 0, True, last_step=True))
+    compile_for_hopper(triton_kernels.step_sums_kernel, BLOCK=triton_step.SUMS_BLOCK)
 
 
 CRF_POINTERS = {

@@ -13,6 +13,7 @@ process with the interpreter.
 
 import contextlib
 import copy
+import math
 import os
 import subprocess
 import sys
@@ -22,7 +23,13 @@ import pytest
 import torch
 from helpers import build, pad, random_ids, real, tiny_config
 
-from modeling_slstm import SLSTMConfig, SLSTMModel, triton_step
+from modeling_slstm import (
+    SLSTMConfig,
+    SLSTMForSequenceClassification,
+    SLSTMForTokenClassification,
+    SLSTMModel,
+    triton_step,
+)
 from modeling_slstm.kernel_dispatch import KERNELS_INTERPRETED, TRITON_IMPORT_ERROR
 
 HERE = Path(__file__).resolve().parent
@@ -177,8 +184,9 @@ def test_products_kept_or_recomputed_give_the_readable_gradients(case, device, m
 
 @needs_triton
 def test_later_backwards_through_kept_products_give_the_readable_gradients_again(device):
-    """The backward writes dP over the products kept from the forward: every later backward through the same graph
-    (`retain_graph=True`) must recompute them, and gives the readable step's gradients again."""
+    """The backward writes dP over the products kept from the forward (all but the first step's): every later
+    backward through the same graph (`retain_graph=True`) must recompute them, and gives the readable step's
+    gradients again."""
     model = build(SLSTMModel, tiny_config(num_steps=3, **CASES["w1 K1 learned sigmoid_softmax"])).to(device).eval()
     embeds, mask = padded_batch(model.config, device, torch.float32, side="left")
 
@@ -378,14 +386,89 @@ def test_left_padding_longer_than_a_position_block():
     seq, padding = 6, 5
     mask = torch.arange(seq) >= torch.tensor([[0], [padding]])  # (batch, seq): 6 and 1 real words, left-padded
     embeds = torch.randn(2, seq, config.embedding_dim, generator=torch.Generator().manual_seed(4))
-    with kernel_tiles(values_per_tile=64, max_block_h=4):
-        word_slots = triton_step.next_power_of_2(2 * config.window_size + config.num_sentence_nodes + 2)
+    with kernel_tiles(values_per_tile=128, max_block_h=4, max_block_s=4):
+        word_slots = triton_step.next_power_of_2(2 * config.window_size + config.num_sentence_nodes + 4)
         word_block = triton_kernels.tile_options(seq, config.hidden_size, word_slots)["BLOCK_S"]
         sentence_block = triton_kernels.tile_options(seq, config.hidden_size, config.num_sentence_nodes)["BLOCK_S"]
         assert (word_block, sentence_block) == (2, 4) and padding > sentence_block
         expected = outputs_and_gradients(model, embeds, mask, "eager")
         actual = outputs_and_gradients(model, embeds, mask, "triton")
     assert_fused_matches_readable(actual, expected)
+
+
+HEAD_CASES = {
+    # A head for each way a loss reaches the recurrence (every word's last state, the sentence node's, an attention
+    # over the words'), and across them every window and node count the config allows (window_size >= 1) and both
+    # gate normalisations; the second takes 2 tiles per backward program (its loop and sums over them).
+    "token classification w2 K0 sigmoid_softmax": (
+        SLSTMForTokenClassification, {"window_size": 2, "num_sentence_nodes": 0}, {}
+    ),
+    "sentence-node classifier w1 K2 softmax": (
+        SLSTMForSequenceClassification, {"num_sentence_nodes": 2, "gate_normalization": "softmax"},
+        {"backward_tiles_per_program": 2},
+    ),
+    "attention-pooling classifier w2 K1 sigmoid_softmax": (
+        SLSTMForSequenceClassification, {"window_size": 2, "classifier_pooling": "attention"}, {}
+    ),
+}  # fmt: skip
+HEAD_LENGTHS = (13, 6, 1)  # 13: no multiple of a backward tile's owned rows (6 at window 1, 4 at window 2)
+SMALL_GPU_TILES = {
+    "values_per_tile": 512, "max_block_h": 8, "backward_values_per_tile": 512, "backward_max_block_h": 8
+}  # fmt: skip
+
+
+def head_gradients(model, ids, mask, labels) -> dict[str, torch.Tensor]:
+    """The gradient of every parameter under the head's loss."""
+    model.zero_grad()
+    model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+    return {f"grad {name}": p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@needs_triton
+@pytest.mark.parametrize("case", list(HEAD_CASES))
+def test_parallel_backward_matches_the_readable_step_and_repeats_bitwise(case):
+    """The backward's tiling as on a GPU (8 positions a tile, `2w` of them halo rows recomputed, 8 hidden units;
+    position blocks whose partial sums `step_sums_kernel` adds up), in the interpreter, through each head: at a
+    length that is no multiple of a tile's owned rows, left-padded, every parameter's gradient is the readable
+    step's; and two runs give the same bits (the sums over positions in a fixed order, no atomics)."""
+    if not KERNELS_INTERPRETED:
+        pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
+    model_class, settings, tiles = HEAD_CASES[case]
+    config = tiny_config(hidden_size=12, num_steps=2, initial_state="input", **settings)
+    model = build(model_class, config)
+    ids, mask = pad(random_ids(HEAD_LENGTHS), "left")
+    if model_class is SLSTMForTokenClassification:
+        labels = torch.randint(0, 2, ids.shape, generator=torch.Generator().manual_seed(5)).masked_fill(~mask, -100)
+    else:
+        labels = torch.tensor([0, 1, 1])
+    expected = head_gradients(model, ids, mask, labels)
+    model.config.step_implementation = "triton"
+    with kernel_tiles(**SMALL_GPU_TILES, **tiles):
+        kernels = triton_step.StepKernels(
+            len(HEAD_LENGTHS), max(HEAD_LENGTHS), 12, config.num_sentence_nodes, config.window_size,
+            config.gate_normalization == "sigmoid_softmax",
+        )  # fmt: skip
+        owned = kernels.backward_options["BLOCK_S"] - 2 * config.window_size
+        assert kernels.backward_options["BLOCK_S"] == 8 and max(HEAD_LENGTHS) % owned and kernels.position_blocks > 1
+        first = head_gradients(model, ids, mask, labels)
+        second = head_gradients(model, ids, mask, labels)
+    assert_fused_matches_readable(first, expected)
+    for name, gradient in first.items():
+        assert torch.equal(second[name], gradient), name
+
+
+@needs_triton
+def test_the_backward_programs_grow_with_the_sentence():
+    """With a GPU's tiles, for the paper configuration (hidden 300, window 1, one sentence node) at 64 and 512 words:
+    the backward, like the forward, launches at least 4 times as many programs for the longer sentences, each with
+    the same tiles (its work does not grow with the length)."""
+    with kernel_tiles():
+        short, long = (triton_step.StepKernels(32, seq, 300, 1, 1, True) for seq in (64, 512))
+    for launch in ("forward", "backward"):
+        grids = [getattr(kernels, f"{launch}_grid") for kernels in (short, long)]
+        assert math.prod(grids[1]) >= 4 * math.prod(grids[0]), (launch, grids)
+        options = [getattr(kernels, f"{launch}_options") for kernels in (short, long)]
+        assert options[1] == {**options[0], "seq": 512}, launch
 
 
 def fused_launches(monkeypatch) -> list[str]:
@@ -412,19 +495,19 @@ def test_step_implementation_chooses_the_step(implementation, fused, device, mon
     assert launches == (["step_update"] * 3 if expected else [])
 
 
-D_INPUT_TERMS, LATER_STEPS, PRODUCT = 5, 6, 7  # positions in the arguments of `step_update_backward`
+D_INPUT_TERMS, LATER_STEPS, D_PRODUCT = 5, 6, 7  # positions in the arguments of `step_update_backward`
 
 
 def recorded_backward_launches(monkeypatch) -> list[tuple[list, list]]:
     """Records every launch of the fused step's backward kernel as `(arguments, results)`: its arguments as they came
-    (copies), and its returned gradients followed by `d_input_terms` and `product` as it wrote them."""
+    (copies), and its returned gradients followed by `d_input_terms` and `d_product` as it wrote them."""
     launches = []
     launch = triton_step.StepKernels.backward
 
     def recorded(kernels, *args):
         copies = [arg.clone() if isinstance(arg, torch.Tensor) else arg for arg in args]
         outputs = launch(kernels, *args)
-        launches.append((copies, [*outputs, args[D_INPUT_TERMS].clone(), args[PRODUCT].clone()]))
+        launches.append((copies, [*outputs, args[D_INPUT_TERMS].clone(), args[D_PRODUCT].clone()]))
         return outputs
 
     monkeypatch.setattr(triton_step.StepKernels, "backward", recorded)
@@ -433,7 +516,7 @@ def recorded_backward_launches(monkeypatch) -> list[tuple[list, list]]:
 
 @needs_triton
 def test_the_backward_operator_refuses_to_write_into_a_non_contiguous_tensor(device, monkeypatch):
-    """`step_update_backward` writes the product's gradient over `product` and adds that of `U x + b` into
+    """`step_update_backward` writes the product's gradient into `d_product` and adds that of `U x + b` into
     `d_input_terms`, as contiguous tensors. A direct caller's contiguous tensors get what the recurrence's own launch
     wrote; the same values in another layout (transposed) are refused by name, not written as if contiguous."""
     model = build(SLSTMModel, tiny_config(num_steps=2)).to(device)
@@ -454,11 +537,11 @@ def test_the_backward_operator_refuses_to_write_into_a_non_contiguous_tensor(dev
         if index is not None:
             fresh[index] = tensor
         outputs = triton_step.step_update_backward(*fresh, **options)
-        return [*outputs, fresh[D_INPUT_TERMS], fresh[PRODUCT]]
+        return [*outputs, fresh[D_INPUT_TERMS], fresh[D_PRODUCT]]
 
     for actual, wanted in zip(direct_call(), expected, strict=True):
         torch.testing.assert_close(actual, wanted, rtol=0, atol=0)
-    for name, index in (("d_input_terms", D_INPUT_TERMS), ("product", PRODUCT)):
+    for name, index in (("d_input_terms", D_INPUT_TERMS), ("d_product", D_PRODUCT)):
         transposed = arguments[index].transpose(0, 1).contiguous().transpose(0, 1)  # same values, another layout
         assert not transposed.is_contiguous() and torch.equal(transposed, arguments[index])
         with pytest.raises(ValueError, match=rf"^{name} must be contiguous \(the kernel writes it in place\)"):

@@ -37,13 +37,13 @@ from run_scripts import REPOSITORY_ROOT
 
 
 def kernel_names(module) -> tuple[str, ...]:
-    """The names of the kernels `module` defines: its `STEP_KERNELS` (a tuple of kernels) where it has one, else
+    """The names of the kernels `module` defines: its `STEP_KERNELS` (a tuple of kernel names) where it has one, else
     each of its `triton.jit` functions whose name ends in `_kernel` (the helpers they call are `_`-prefixed)."""
     from triton.runtime.jit import KernelInterface
 
     listed = getattr(module, "STEP_KERNELS", None)
     if listed is not None:
-        return tuple(getattr(kernel, "fn", kernel).__name__ for kernel in listed)
+        return tuple(listed)
     return tuple(
         name for name, value in vars(module).items() if name.endswith("_kernel") and isinstance(value, KernelInterface)
     )
