@@ -238,7 +238,8 @@ class SLSTMTrainingArguments(TrainingArguments):
         default="auto",
         metadata={
             "help": "PyTorch's intra-op threads: 'auto' (default) runs as many as there are idle usable cores, measured "
-            "at the start and every 10 s of training (each of N processes of a run on one machine takes 1/N of them), "
+            "at the start and every 10 s of training (at the start only with --torch_compile, which would compile "
+            "again for each new count; each of N processes of a run on one machine takes 1/N of them), "
             "at most PyTorch's default (OMP_NUM_THREADS, else the physical cores); a number forces that many (figures "
             "move a little with the thread count)."
         },

@@ -79,7 +79,11 @@ class SLSTMTrainer(Trainer):
             self.add_callback(EarlyStoppingCallback(self.args.early_stopping_patience))
         self.add_callback(SamplerEpochCallback(self))
         if getattr(self.args, "threads", None) == "auto":
-            self.add_callback(ThreadCountCallback())
+            if self.args.torch_compile:
+                # Dynamo guards on the thread count: each count the callback moved to would compile the model again.
+                logger.info("Threads: kept as chosen at the start for the whole run (--torch_compile)")
+            else:
+                self.add_callback(ThreadCountCallback())
         self.model_card = model_card or {}
         self.reported_metrics = {}
         self.epoch_seeded_sampler = None  # the training (batch) sampler whose order depends on the epoch

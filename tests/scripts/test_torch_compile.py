@@ -12,6 +12,7 @@ from torch._dynamo.utils import counters
 
 from modeling_slstm import SLSTMForTokenClassification
 from run_scripts.training.arguments import SLSTMTrainingArguments
+from run_scripts.training.threads import ThreadCountCallback
 from run_scripts.training.trainer import SLSTMTrainer, compile_recurrence_step
 
 LENGTHS = [3, 7, 4, 9, 5, 2, 6, 8, 3, 10, 5]  # batches of 2 in the sampler's order, of several widths, then 1 row
@@ -59,11 +60,15 @@ def test_torch_compile_on_a_cpu_compiles_the_step_alone_and_trains_as_eager(tmp_
     decomposition that sums in another order, far below what a step changes (learning rate 0.05).
 
     Seen failing: with the accelerator's whole-model compile left on (no `_build_accelerator_args` override), the
-    model is wrapped whole; without `dynamic=True`, each new width compiles the step again."""
+    model is wrapped whole; without `dynamic=True`, each new width compiles the step again; with the thread count
+    re-measured during training (`--threads auto` on a busy machine), each new count compiles it again."""
     eager = trained(tmp_path / "eager")
     run = trained(tmp_path / "compiled", torch_compile_backend="aot_eager")
     warnings = [record.getMessage() for record in caplog.records if "--torch_compile" in record.getMessage()]
     assert len(warnings) == 1 and "costs about" in warnings[0]  # once, with what it costs on a CPU
+    # Dynamo guards on the thread count: `--threads auto` moving it on a busy machine would compile the step again.
+    assert not any(isinstance(callback, ThreadCountCallback) for callback in run.callback_handler.callbacks)
+    assert any(isinstance(callback, ThreadCountCallback) for callback in eager.callback_handler.callbacks)
     step = run.model.slstm.transition
     assert step._compiled_call_impl is not None  # compiled in place: the parameters keep their names
     assert not isinstance(run.model_wrapped, torch._dynamo.eval_frame.OptimizedModule)  # the rest stays eager
