@@ -81,7 +81,7 @@ class SLSTMTrainer(Trainer):
         if getattr(self.args, "threads", None) == "auto":
             if self.args.torch_compile:
                 # Dynamo guards on the thread count: each count the callback moved to would compile the model again.
-                logger.info("Threads: kept as chosen at the start for the whole run (--torch_compile)")
+                logger.info("Threads: kept for the whole run (a compiled model compiles again for each thread count)")
             else:
                 self.add_callback(ThreadCountCallback())
         self.model_card = model_card or {}

@@ -362,7 +362,9 @@ def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
     gradient, at hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
     if not KERNELS_INTERPRETED:
         pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
-    config = tiny_config(hidden_size=40, embedding_dim=8, window_size=2, num_sentence_nodes=2, initial_state="input")
+    config = tiny_config(
+        hidden_size=40, embedding_dim=8, num_steps=2, window_size=2, num_sentence_nodes=2, initial_state="input"
+    )
     model = build(SLSTMModel, config)
     mask = torch.arange(37) < torch.tensor([[37], [23]])  # (batch, seq)
     embeds = torch.randn(2, 37, 8, generator=torch.Generator().manual_seed(3))
