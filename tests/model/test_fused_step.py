@@ -317,15 +317,6 @@ def test_fused_gradients_for_any_upstream_gradient_layout(case, device, monkeypa
     assert all(not fused[name].any() for name in fused.keys() - readable.keys())
 
 
-TILINGS = {
-    # The GPU's tiles: at hidden 40, BLOCK_H 32 (2 hidden blocks) and, for the 8 gate slots of window 2 with 2 nodes,
-    # BLOCK_S 16 (3 position blocks of 37 words); 32 for the sentence bodies (2 blocks).
-    "gpu tiles": {},
-    # BLOCK_H 16 (3 hidden blocks), BLOCK_S 8 for the word bodies (5 position blocks), 32 for the sentence bodies.
-    "small tiles": {"values_per_tile": 1024, "max_block_h": 16},
-}
-
-
 @contextlib.contextmanager
 def kernel_tiles(**tiles):
     """The kernels tiled by `KernelTiles(**tiles)`, in the interpreter too (where they take a sentence per tile
@@ -340,13 +331,6 @@ def kernel_tiles(**tiles):
         triton_kernels.use_tiles(*previous)
 
 
-@pytest.fixture(params=list(TILINGS))
-def tiles(request):
-    """The kernels tiled as `TILINGS` says, in the interpreter too, for the test."""
-    with kernel_tiles(**TILINGS[request.param]):
-        yield request.param
-
-
 def assert_fused_matches_readable(actual: dict, expected: dict) -> None:
     """Every float32 output and gradient of the fused recurrence (`actual`) within tolerance of the readable steps'
     (`expected`); gradients, summed over more terms in another order, within 10 times that."""
@@ -357,9 +341,13 @@ def assert_fused_matches_readable(actual: dict, expected: dict) -> None:
 
 
 @needs_triton
-def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
+def test_fused_recurrence_matches_the_readable_steps_across_tiles():
     """Eqs. 2-3 over all steps, the fused recurrence against the readable steps, output by output and gradient by
-    gradient, at hidden 40 and 37 words (with padding), where the tiles cross position and hidden blocks."""
+    gradient, at hidden 40 and 37 words (with padding), with the GPU's tiles, which cross position and hidden blocks
+    there: the forward's word bodies in 10 position blocks of 4 and 2 hidden blocks of 32, its sentence bodies in 2
+    position blocks of 32; the backward's tiles of 8 rows (4 owned, 2 halo rows each side at window 2) in 10 position
+    blocks and 3 hidden blocks of 16. Smaller tiles through every head:
+    `test_parallel_backward_matches_the_readable_step_and_repeats_bitwise`."""
     if not KERNELS_INTERPRETED:
         pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
     config = tiny_config(
@@ -369,7 +357,8 @@ def test_fused_recurrence_matches_the_readable_steps_across_tiles(tiles):
     mask = torch.arange(37) < torch.tensor([[37], [23]])  # (batch, seq)
     embeds = torch.randn(2, 37, 8, generator=torch.Generator().manual_seed(3))
     expected = outputs_and_gradients(model, embeds, mask, "eager")
-    actual = outputs_and_gradients(model, embeds, mask, "triton")
+    with kernel_tiles():
+        actual = outputs_and_gradients(model, embeds, mask, "triton")
     assert_fused_matches_readable(actual, expected)
 
 
