@@ -120,8 +120,9 @@ class StepKernels:
             "SENTENCE_BLOCK_S": sentence_tiles["BLOCK_S"],
             "SENTENCE_BLOCK_H": sentence_tiles["BLOCK_H"],
         }
-        # The backward's tile holds w halo rows on each side of the rows it owns, and at least as many owned rows.
-        backward_tiles = tile_options(seq, hidden, gates, backward=True)
+        # The backward's tile holds w halo rows on each side of the rows it owns, and at least as many owned rows
+        # (in the interpreter, which takes a sentence per tile, the sentence and its halo rows).
+        backward_tiles = tile_options(seq + 2 * window_size, hidden, gates, backward=True)
         backward_block_s = max(backward_tiles["BLOCK_S"], next_power_of_2(4 * window_size))
         tiles = backward_tiles["TILES"]
         self.backward_options = {
@@ -134,7 +135,7 @@ class StepKernels:
         self.backward_grid = (batch, self.position_blocks * -(-hidden // backward_tiles["BLOCK_H"]))
         # The partial sums per position block, with sentence nodes: the sentence terms' gradient (batch, W), then
         # the two parts of c_g^{t-1}'s (2, batch, K, H).
-        sentence_width = (2 * window_size + 4 * nodes + 4) * hidden  # W, the sentence terms'
+        sentence_width = (shared["CONTEXT_BLOCKS"] + 3 * nodes) * hidden  # W, the sentence terms'
         self.sentence_gradients_size = batch * (sentence_width + 2 * nodes * hidden) if nodes else 0
         self.sums_grid = (-(-self.sentence_gradients_size // SUMS_BLOCK),)
 
