@@ -40,12 +40,14 @@ def test_a_data_error_ends_in_its_message_alone_and_the_classification_hint_name
     )
 
 
-def test_debug_keeps_the_traceback(tmp_path):
-    result = run_script_in_subprocess("run_classification", classification_with_an_unseen_label(tmp_path, "--debug"))
-    assert result.returncode == 1
-    assert "Traceback (most recent call last)" in result.stderr
-    last = result.stderr.rstrip("\n").splitlines()[-1]
-    assert last.startswith("run_scripts.training.usage_errors.UsageError: The validation split has labels"), last
+@pytest.mark.parametrize("debug", [["--debug"], ["--debug", "underflow_overflow"]], ids=["alone", "with a value"])
+def test_debug_keeps_the_traceback(tmp_path, monkeypatch, debug):
+    """run_classification.py run as a script in this process: with `--debug` (transformers' flag, which the scripts
+    take alone too) the error itself leaves the script, for Python to print with its traceback."""
+    argv = classification_with_an_unseen_label(tmp_path, "--threads", str(torch.get_num_threads()), *debug)
+    monkeypatch.setattr(sys, "argv", ["run_classification.py", *argv])
+    with pytest.raises(UsageError, match=r"^The validation split has labels .*: \['neutral'\]"):
+        runpy.run_path(str(SCRIPTS / "run_classification.py"), run_name="__main__")
 
 
 def test_a_bad_conll_line_ends_run_ner_with_its_message(tmp_path, monkeypatch):
