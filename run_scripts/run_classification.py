@@ -40,6 +40,7 @@ from run_scripts.training.logging_setup import setup_logging
 from run_scripts.training.model_setup import build_fresh_model, load_checkpoint, load_fresh_config, uses_char_features
 from run_scripts.training.threads import apply_thread_setting
 from run_scripts.training.trainer import SLSTMTrainer
+from run_scripts.training.usage_errors import UsageError, run_script
 
 logger = logging.getLogger("run_classification")
 
@@ -87,7 +88,7 @@ def main():
         )
     splits = data.truncate_splits(splits, data_args)
     if training_args.do_train and "train" not in splits:
-        raise ValueError("--do_train needs training data (--train_file, --dataset_name or --rt_polarity_dir)")
+        raise UsageError("--do_train needs training data (--train_file, --dataset_name or --rt_polarity_dir)")
 
     # Model: a saved checkpoint with its labels, or a fresh one from a config.
     label_splits = splits.values() if data_args.include_eval_labels or "train" not in splits else [splits["train"]]
@@ -97,7 +98,7 @@ def main():
         label_list = [model.config.id2label[index] for index in range(model.config.num_labels)]
     else:
         if "train" not in splits:
-            raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
+            raise UsageError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
         label_list = data_labels
         config = load_fresh_config(model_args)
         eval_words = [e["text"].split() for split in ("validation", "test") if split in splits for e in splits[split]]
@@ -219,4 +220,4 @@ print(classifier("a gorgeous , witty , seductive movie ."))
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

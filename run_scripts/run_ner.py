@@ -49,6 +49,7 @@ from run_scripts.training.model_setup import build_fresh_model, load_checkpoint,
 from run_scripts.training.tag_scheme_decisions import decide_tag_schemes, fresh_label_list, in_scheme
 from run_scripts.training.threads import apply_thread_setting
 from run_scripts.training.trainer import SLSTMTrainer
+from run_scripts.training.usage_errors import UsageError, as_usage_error, run_script
 
 logger = logging.getLogger("run_ner")
 
@@ -151,7 +152,7 @@ def main():
 
     splits = data.truncate_splits(data.load_splits(data_args, "token", read_conll), data_args)
     if training_args.do_train and "train" not in splits:
-        raise ValueError("--do_train needs --train_file or --dataset_name with a train split")
+        raise UsageError("--do_train needs --train_file or --dataset_name with a train split")
     checkpoint_config = None
     if model_args.model_name_or_path:
         checkpoint_config = AutoConfig.from_pretrained(
@@ -168,7 +169,7 @@ def main():
         )
     else:
         if "train" not in splits:
-            raise ValueError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
+            raise UsageError("A fresh model needs training data: give --train_file (or --model_name_or_path)")
         config = load_fresh_config(model_args)
         if schemes.head == "BIOES":
             config.head_tag_scheme = "BIOES"
@@ -189,10 +190,13 @@ def main():
     )
 
     # Preprocessing: tags in the scheme of the model's labels, every label known to the model, words to token ids.
-    converted = {
-        split: [{"tokens": e["tokens"], "tags": in_scheme(e["tags"], schemes.data, schemes.labels)} for e in examples]
-        for split, examples in splits.items()
-    }
+    with as_usage_error():  # a tag that the data's scheme does not allow where it stands
+        converted = {
+            split: [
+                {"tokens": e["tokens"], "tags": in_scheme(e["tags"], schemes.data, schemes.labels)} for e in examples
+            ]
+            for split, examples in splits.items()
+        }
     data.check_labels_known(converted, label_list, "tags", sequence=True, checkpoint=model_args.model_name_or_path)
     label2id = {label: index for index, label in enumerate(label_list)}
 
@@ -319,4 +323,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -4,6 +4,9 @@
   process and for every script, launcher or fresh interpreter a test starts (they inherit the environment).
 - `shared_data`: the benchmark corpora beside the repository (`../shared/data`, or `$SLSTM_SHARED_DATA`).
 
+The plugin `file_progress.py` prints a line as each test file finishes (the share of the run done, the file's
+outcomes and seconds, the time so far) and, at the end, the run's wall time and its slowest files.
+
 On a machine without a CUDA GPU, `TRITON_INTERPRET=1` (unless set otherwise): Triton reads it when it decorates the
 kernels of `modeling_slstm/triton_kernels.py`, i.e. at the package's first import, which the test modules do after
 this file. The kernels then run in Triton's interpreter on CPU tensors, and `tests/model/test_fused_step.py` checks
@@ -22,6 +25,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from helpers import shared_data_root
+
+pytest_plugins = ["file_progress"]
 
 
 @pytest.fixture(autouse=True)

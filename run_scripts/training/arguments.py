@@ -20,8 +20,10 @@ from pathlib import Path
 
 import torch
 from transformers import HfArgumentParser, TrainingArguments
+from transformers.debug_utils import DebugOption
 
 from run_scripts.training.recipe import config_recipe, recipe_defaults, settled_recipe
+from run_scripts.training.usage_errors import DEBUG_HELP, UsageError
 
 
 @dataclass
@@ -92,7 +94,7 @@ class ModelArguments:
         fresh_only = {"--config_name": self.config_name, "--config_overrides": self.config_overrides}
         given = [flag for flag, value in fresh_only.items() if value is not None]
         if given:
-            raise ValueError(
+            raise UsageError(
                 f"--model_name_or_path {self.model_name_or_path} loads a saved model with its own config, so "
                 f"{' and '.join(given)} (for a fresh model) would be ignored: give --model_name_or_path to continue "
                 f"from the checkpoint, or {' and '.join(given)} without it to train a new model."
@@ -141,7 +143,7 @@ class DataArguments:
 
     def __post_init__(self):
         if not any((self.dataset_name, self.train_file, self.validation_file, self.test_file)):
-            raise ValueError("Give --dataset_name or at least one of --train_file/--validation_file/--test_file.")
+            raise UsageError("Give --dataset_name or at least one of --train_file/--validation_file/--test_file.")
 
 
 @dataclass
@@ -266,6 +268,14 @@ class SLSTMTrainingArguments(TrainingArguments):
             "batches of further shapes train eagerly (logged once)."
         },
     )
+    debug: str = field(
+        default="",
+        metadata={
+            "nargs": "*",  # transformers' --debug takes one value or more; alone it is the scripts' own flag
+            "help": f"{DEBUG_HELP} Given values, it also turns on transformers' debug features: 'underflow_overflow' "
+            "(detect overflow in model I/O), 'tpu_metrics_debug' (print TPU metrics).",
+        },
+    )
     ddp_find_unused_parameters: bool | None = field(
         default=False,
         metadata={
@@ -275,31 +285,34 @@ class SLSTMTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self):
+        if isinstance(self.debug, list):  # from the command line: transformers' options, as it reads them
+            check_choices("debug", self.debug, [option.value for option in DebugOption])
+            self.debug = " ".join(self.debug)
         if self.cuda_graphs:
             self.use_cuda_graphs()
         super().__post_init__()
         if self.early_stopping_patience is not None and (
             self.early_stopping_patience < 1 or not self.load_best_model_at_end
         ):
-            raise ValueError(
+            raise UsageError(
                 "--early_stopping_patience must be a positive number of evaluations, with --load_best_model_at_end; "
                 f"got {self.early_stopping_patience} and load_best_model_at_end={self.load_best_model_at_end}"
             )
         if self.l2_regularization is not None:
             if self.l2_regularization < 0:
-                raise ValueError(f"--l2_regularization must be >= 0, got {self.l2_regularization}")
+                raise UsageError(f"--l2_regularization must be >= 0, got {self.l2_regularization}")
             if self.weight_decay:
-                raise ValueError(
+                raise UsageError(
                     f"--l2_regularization {self.l2_regularization} (coupled L2 in Adam) and --weight_decay "
                     f"{self.weight_decay} (decoupled AdamW decay) regularise the same weights twice: give one of them"
                 )
         if self.lr_decay_per_epoch is not None and self.warmup_steps:
-            raise ValueError(
+            raise UsageError(
                 f"--lr_decay_per_epoch {self.lr_decay_per_epoch} replaces the Trainer's schedule, so --warmup_steps "
                 f"{self.warmup_steps} would be ignored: give one of them"
             )
         if self.max_tokens_per_batch is not None and self.max_tokens_per_batch < 1:
-            raise ValueError(
+            raise UsageError(
                 f"--max_tokens_per_batch must be a positive number of tokens, got {self.max_tokens_per_batch}"
             )
 
@@ -308,16 +321,16 @@ class SLSTMTrainingArguments(TrainingArguments):
         whole-step capture would hold)."""
         if self.use_cpu or not torch.cuda.is_available():
             reason = "--use_cpu is set" if self.use_cpu else "torch.cuda.is_available() is False"
-            raise ValueError(f"--cuda_graphs captures the training step in CUDA graphs and needs a CUDA GPU: {reason}")
+            raise UsageError(f"--cuda_graphs captures the training step in CUDA graphs and needs a CUDA GPU: {reason}")
         if self.torch_compile or self.torch_compile_mode is not None or self.torch_compile_backend is not None:
-            raise ValueError(
+            raise UsageError(
                 "--cuda_graphs captures the whole eager training step itself, so it does not combine with "
                 f"--torch_compile (got torch_compile={self.torch_compile}, --torch_compile_mode "
                 f"{self.torch_compile_mode!r}, --torch_compile_backend {self.torch_compile_backend!r}): give one of "
                 "them"
             )
         if self.cuda_graphs_max_shapes < 1:
-            raise ValueError(f"--cuda_graphs_max_shapes must be at least 1, got {self.cuda_graphs_max_shapes}")
+            raise UsageError(f"--cuda_graphs_max_shapes must be at least 1, got {self.cuda_graphs_max_shapes}")
 
 
 def parse_training_arguments(data_arguments_class, argv: Sequence[str] | None = None) -> tuple:
@@ -372,7 +385,7 @@ def check_choices(flag: str, values, choices: Iterable[str]):
     values = [values] if isinstance(values, str) else list(values)
     unknown = [value for value in values if value not in choices]
     if unknown:
-        raise ValueError(
+        raise UsageError(
             f"--{flag}: {', '.join(map(repr, unknown))} is not a valid choice; choose from {', '.join(choices)}"
         )
 

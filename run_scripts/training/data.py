@@ -7,7 +7,7 @@ movie review); the word-level tokenisation with label alignment; and the data co
 values before it reaches the model (`ValueCheckingCollator`).
 
 Every reader fails with a message that names the file (and the line, for line-based files), a byte that the file's
-encoding cannot decode included.
+encoding cannot decode included: a `UsageError`, which the scripts end with the message alone (`usage_errors.py`).
 """
 
 import logging
@@ -18,6 +18,7 @@ from pathlib import Path
 import datasets
 
 from modeling_slstm.validation import IGNORE_INDEX, check_batch_values
+from run_scripts.training.usage_errors import MissingFileError, UsageError, as_usage_error
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def text_lines(path: Path, encoding: str) -> Iterator[tuple[int, str]]:
             yield from enumerate(file, start=1)
         except UnicodeDecodeError as error:
             line_number, byte = _undecodable_line(path.read_bytes(), encoding)
-            raise ValueError(
+            raise UsageError(
                 f"{path}, line {line_number}: byte 0x{byte:02x} is not valid {encoding} ({error.reason}); give the "
                 "file's encoding with --file_encoding, e.g. --file_encoding latin-1 (or cp1252)"
             ) from error
@@ -94,7 +95,7 @@ def read_conll(
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"Data file not found: {path}")
+        raise MissingFileError(f"Data file not found: {path}")
     sentences, tokens, tags = [], [], []
     num_columns = None
 
@@ -117,18 +118,18 @@ def read_conll(
             num_columns = len(fields)
             for column in (token_column, label_column):
                 if not -num_columns <= column < num_columns:
-                    raise ValueError(
+                    raise UsageError(
                         f"{path}, line {line_number}: column {column} requested but the file has {num_columns} "
                         f"columns ({line!r})"
                     )
             if token_column % num_columns == label_column % num_columns:
-                raise ValueError(
+                raise UsageError(
                     f"{path}, line {line_number}: the token column ({token_column}) and the label column "
                     f"({label_column}) are the same column of {num_columns}; expected a token and a tag column "
                     f"({line!r})"
                 )
         if len(fields) != num_columns:
-            raise ValueError(
+            raise UsageError(
                 f"{path}, line {line_number}: expected {num_columns} columns like the file's first line, got "
                 f"{len(fields)} ({line!r})"
             )
@@ -136,7 +137,7 @@ def read_conll(
         tags.append(fields[label_column])
     flush()
     if not sentences:
-        raise ValueError(f"{path}: no sentences found (empty file, or only blank/-DOCSTART- lines)")
+        raise UsageError(f"{path}: no sentences found (empty file, or only blank/-DOCSTART- lines)")
     return sentences
 
 
@@ -160,17 +161,17 @@ def read_text_label_file(path: str | Path, encoding: str = "utf-8") -> list[dict
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"Data file not found: {path}")
+        raise MissingFileError(f"Data file not found: {path}")
     examples = []
     for line_number, line in text_lines(path, encoding):
         if not line.strip():
             continue
         text, separator, label = line.rstrip("\r\n").rpartition(SEPARATOR)
         if not separator or not label.strip() or not text.strip():
-            raise ValueError(f"{path}, line {line_number}: expected 'text {SEPARATOR} label', got {line.strip()!r}")
+            raise UsageError(f"{path}, line {line_number}: expected 'text {SEPARATOR} label', got {line.strip()!r}")
         examples.append({"text": text.strip(), "label": label.strip()})
     if not examples:
-        raise ValueError(f"{path}: no examples found (empty file)")
+        raise UsageError(f"{path}: no examples found (empty file)")
     return examples
 
 
@@ -204,7 +205,7 @@ def read_rt_polarity(directory: str | Path, seed: int = 42) -> dict[str, list[di
     for label in ("pos", "neg"):
         path = directory / f"rt-polarity.{label}"
         if not path.is_file():
-            raise FileNotFoundError(f"Movie-review file not found: {path}")
+            raise MissingFileError(f"Movie-review file not found: {path}")
         with path.open(encoding="latin-1") as file:
             examples += [{"text": line.strip(), "label": label} for line in file if line.strip()]
     return seeded_split(examples, seed)
@@ -248,9 +249,9 @@ def _file_kind(path: str, task: str) -> str | None:
 
 def _load_with_datasets(path: str, kind: str) -> datasets.Dataset:
     if not Path(path).is_file():
-        raise FileNotFoundError(f"Data file not found: {path}")
+        raise MissingFileError(f"Data file not found: {path}")
     if Path(path).stat().st_size == 0:
-        raise ValueError(f"{path}: empty file")
+        raise UsageError(f"{path}: empty file")
     kwargs = {"delimiter": "\t"} if path.lower().endswith(".tsv") else {}
     return datasets.load_dataset(kind, data_files={"data": path}, split="data", **kwargs)
 
@@ -276,13 +277,13 @@ def _pick_column(
     columns = dataset.column_names
     if requested is not None:
         if requested not in columns:
-            raise ValueError(f"{what} column {requested!r} not found; the data has the columns {columns}")
+            raise UsageError(f"{what} column {requested!r} not found; the data has the columns {columns}")
         return requested
     for candidate in candidates:
         if candidate in columns:
             return candidate
     if len(columns) <= position:
-        raise ValueError(f"cannot guess the {what} column among {columns}; pass it explicitly")
+        raise UsageError(f"cannot guess the {what} column among {columns}; pass it explicitly")
     return columns[position]
 
 
@@ -323,13 +324,13 @@ def load_splits(
             continue
         dataset = sources[split] if path is None else _load_with_datasets(path, kind)
         if len(dataset) == 0:
-            raise ValueError(f"{source}: no examples in the {split} split")
+            raise UsageError(f"{source}: no examples in the {split} split")
         text_column = _pick_column(dataset, data_args.text_column_name, text_candidates, 0, "text")
         label_column = _pick_column(dataset, data_args.label_column_name, label_candidates, 1, "label")
         texts = dataset[text_column]
         if task == "token":
             if any(isinstance(tokens, str) for tokens in texts):
-                raise ValueError(
+                raise UsageError(
                     f"{source} ({split}): the token column {text_column!r} holds strings; expected a list of tokens "
                     "per example (json/jsonl/parquet with list columns, or a CoNLL column file)"
                 )
@@ -348,15 +349,15 @@ def check_examples(examples: list[dict], source: str, split: str, task: str) -> 
         where = f"{source} ({split}), example {index}"
         if task == "sequence":
             if example["text"] is None or not example["text"].strip():
-                raise ValueError(f"{where}: empty text ({example['text']!r}); every example needs at least one word")
+                raise UsageError(f"{where}: empty text ({example['text']!r}); every example needs at least one word")
             continue
         tokens, tags = example["tokens"], example["tags"]
         if not tokens:
-            raise ValueError(f"{where}: empty sentence (no tokens)")
+            raise UsageError(f"{where}: empty sentence (no tokens)")
         if len(tokens) != len(tags):
-            raise ValueError(f"{where}: {len(tokens)} tokens but {len(tags)} tags")
+            raise UsageError(f"{where}: {len(tokens)} tokens but {len(tags)} tags")
         if "" in tokens:
-            raise ValueError(f"{where}: empty token at position {tokens.index('')} of {tokens}")
+            raise UsageError(f"{where}: empty token at position {tokens.index('')} of {tokens}")
 
 
 def truncate_splits(splits: dict[str, list], data_args) -> dict[str, list]:
@@ -374,9 +375,16 @@ def check_labels_known(
 ) -> None:
     """Raises a clear error if a validation/test label is not among the model's labels (it has no output for it):
     for a fresh model, the training labels; continuing from `checkpoint`, that checkpoint's labels, which the
-    training split must keep to as well. Fix: add the label to the training data, or map it before training."""
+    training split must keep to as well. The fixes it names are the task's: map the label to a known one (`'O'` for
+    span tags: `sequence` labels that have it), add training examples for it, or, for a fresh model,
+    --include_eval_labels."""
     known = set(label_list)
     reason = f"not among the labels of {checkpoint}" if checkpoint else "unseen in the training data"
+    outside = " (e.g. 'O', outside any entity)" if sequence and "O" in known else ""
+    fixes = f"Map them to known labels{outside} in the data"
+    fixes += "." if checkpoint else (
+        ", add training examples for them, or give --include_eval_labels (an output for each, never trained)."
+    )
     for split in ("train", "validation", "test") if checkpoint else ("validation", "test"):
         if split not in splits:
             continue
@@ -385,10 +393,9 @@ def check_labels_known(
             seen.update(example[key] if sequence else [example[key]])
         unknown = sorted(seen - known)
         if unknown:
-            raise ValueError(
+            raise UsageError(
                 f"The {split} split has labels that the model does not know ({reason}): {unknown}. "
-                f"Known labels: {sorted(known)}. Map them to known labels (e.g. 'O') in the data, or add training "
-                "examples for them."
+                f"Known labels: {sorted(known)}. {fixes}"
             )
 
 
@@ -494,5 +501,6 @@ class ValueCheckingCollator:
 
     def __call__(self, features: list[dict]) -> dict:
         batch = self.collator(features)
-        check_batch_values(batch, self.config)
+        with as_usage_error():  # e.g. ids beyond the model's vocabulary from a --tokenizer_name not its own
+            check_batch_values(batch, self.config)
         return batch

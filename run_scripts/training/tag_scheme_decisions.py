@@ -14,6 +14,7 @@ from modeling_slstm.tag_schemes import (
     split_tag,
 )
 from modeling_slstm.token_tagging import are_placeholders
+from run_scripts.training.usage_errors import UsageError, as_usage_error
 
 
 @dataclass(frozen=True)
@@ -44,14 +45,15 @@ def decide_tag_schemes(splits: dict, data_args, checkpoint_config) -> TagSchemes
     them is an error rather than data the model's labels cannot hold."""
     if not all(is_span_tag(tag) for split in splits.values() for example in split for tag in example["tags"]):
         if data_args.tag_scheme:
-            raise ValueError(f"--tag_scheme {data_args.tag_scheme} given but the labels are not span tags (e.g. POS)")
+            raise UsageError(f"--tag_scheme {data_args.tag_scheme} given but the labels are not span tags (e.g. POS)")
         return TagSchemes()
-    if data_args.data_tag_scheme:
-        data_scheme = normalize_scheme_name(data_args.data_tag_scheme)
-    else:
-        reference = splits["train"] if "train" in splits else next(iter(splits.values()))
-        data_scheme = detect_tag_scheme(example["tags"] for example in reference)
-    requested = normalize_scheme_name(data_args.tag_scheme) if data_args.tag_scheme else None
+    with as_usage_error():  # a scheme name that --tag_scheme or --data_tag_scheme gives, or the data's tags
+        if data_args.data_tag_scheme:
+            data_scheme = normalize_scheme_name(data_args.data_tag_scheme)
+        else:
+            reference = splits["train"] if "train" in splits else next(iter(splits.values()))
+            data_scheme = detect_tag_scheme(example["tags"] for example in reference)
+        requested = normalize_scheme_name(data_args.tag_scheme) if data_args.tag_scheme else None
     if checkpoint_config is None:
         # IOB1 label sets look like IOB2 ones, so the CRF's IOB2 constraints would forbid IOB1's entity-opening I-
         # tags: train in IOB2 (predictions.txt is converted back to IOB1).
@@ -64,7 +66,7 @@ def decide_tag_schemes(splits: dict, data_args, checkpoint_config) -> TagSchemes
     label_scheme = label_set_scheme(labels) or data_scheme
     head = "BIOES" if getattr(checkpoint_config, "head_tag_scheme", None) == "BIOES" else label_scheme
     if requested is not None and requested != head:
-        raise ValueError(
+        raise UsageError(
             f"--tag_scheme {requested} given, but {checkpoint_config.name_or_path} trains in {head}: leave "
             "--tag_scheme out when continuing from a checkpoint, or train a fresh model"
         )

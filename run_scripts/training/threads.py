@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from run_scripts.training.usage_errors import UsageError
+
 logger = logging.getLogger(__name__)
 
 PROC_STAT = Path("/proc/stat")
@@ -137,7 +139,7 @@ def parse_thread_setting(setting: str) -> int | None:
     if setting == "auto":
         return None
     if not setting.isdigit() or int(setting) < 1:
-        raise ValueError(f"--threads must be 'auto' or a positive number of threads, got {setting!r}")
+        raise UsageError(f"--threads must be 'auto' or a positive number of threads, got {setting!r}")
     return int(setting)
 
 

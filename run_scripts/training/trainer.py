@@ -36,6 +36,7 @@ from run_scripts.training.samplers import (
     TokenBudgetBatchSampler,
 )
 from run_scripts.training.threads import ThreadCountCallback
+from run_scripts.training.usage_errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -515,7 +516,7 @@ def with_feature_encoder_learning_rate(model: torch.nn.Module, groups: list[dict
     copies of their groups that set `lr` to `learning_rate`."""
     features = getattr(model.base_model.embeddings, "subword_features", None)
     if features is None:
-        raise ValueError("--feature_encoder_learning_rate is set but the model has no feature encoder")
+        raise UsageError("--feature_encoder_learning_rate is set but the model has no feature encoder")
     encoder = {id(parameter) for parameter in features.parameters()}
     split = []
     for group in groups:

@@ -25,12 +25,13 @@ import numpy as np
 from scipy import stats
 
 from run_scripts.training.arguments import parse_arguments
+from run_scripts.training.usage_errors import DebugArguments, UsageError, run_script
 
 HEADER = ["text", "gold", "predicted"]
 
 
 @dataclass
-class CompareArguments:
+class CompareArguments(DebugArguments):
     """Arguments of compare_predictions.py."""
 
     a: list[str] = field(metadata={"help": "system A's test_predictions.tsv files (one per seed)"})
@@ -43,11 +44,11 @@ def read_predictions(path: str) -> tuple[list[tuple[str, str]], np.ndarray]:
     """`(text, gold)` of every row of a predictions file and whether each prediction is right (0/1)."""
     lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines(): texts may hold U+0085
     if lines[0].split("\t") != HEADER:
-        raise ValueError(f"{path}: expected the header {'<TAB>'.join(HEADER)}, got {lines[0]!r}")
+        raise UsageError(f"{path}: expected the header {'<TAB>'.join(HEADER)}, got {lines[0]!r}")
     rows = [line.split("\t") for line in lines[1:] if line]
     malformed = [number for number, row in enumerate(rows, start=2) if len(row) != 3]
     if malformed:
-        raise ValueError(f"{path}: lines {malformed[:5]} do not have 3 tab-separated columns")
+        raise UsageError(f"{path}: lines {malformed[:5]} do not have 3 tab-separated columns")
     return [(text, gold) for text, gold, _ in rows], np.array(
         [gold == predicted for _, gold, predicted in rows], float
     )
@@ -75,7 +76,7 @@ def in_reference_order(path: str, rows: list, correct: np.ndarray, reference: tu
         positions[row].append(index)
     order = [positions[row].pop(0) if positions[row] else None for row in reference[1]]
     if None in order or any(positions.values()):
-        raise ValueError(f"{path}: its sentences or gold labels differ from {reference[0]}'s (same test set needed)")
+        raise UsageError(f"{path}: its sentences or gold labels differ from {reference[0]}'s (same test set needed)")
     return correct[order]
 
 
@@ -120,4 +121,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -31,6 +31,7 @@ from transformers import (
 
 from modeling_slstm.tokenization_slstm import SUBWORD_INPUT_NAMES
 from run_scripts.training.arguments import parse_arguments
+from run_scripts.training.usage_errors import DebugArguments, MissingFileError, run_script
 
 # Sentences to trace the export with, and different ones (more of them, other lengths) to check it on.
 EXPORT_SENTENCES = ["Just landed in New York.", "Heading to Madison Square Garden tonight with friends."]
@@ -42,7 +43,7 @@ CHECK_SENTENCES = [
 
 
 @dataclass
-class ExportArguments:
+class ExportArguments(DebugArguments):
     model_dir: str = field(metadata={"help": "folder of a saved model and its tokenizer (a training script's output)"})
     output: str = field(default="model.onnx", metadata={"help": "the ONNX file to write"})
     tolerance: float = field(default=1e-4, metadata={"help": "largest allowed difference from PyTorch"})
@@ -90,7 +91,7 @@ ENCODER = (AutoModel, ("last_hidden_state", "pooler_output"))
 def load(model_dir: str) -> tuple[nn.Module, tuple[str, ...], object]:
     """The saved model (eval mode), the names of its exported outputs and its tokenizer."""
     if not (Path(model_dir) / "config.json").is_file():
-        raise FileNotFoundError(f"--model_dir {model_dir}: no config.json there; give the folder of a saved model")
+        raise MissingFileError(f"--model_dir {model_dir}: no config.json there; give the folder of a saved model")
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=True)
     architecture = (config.architectures or [""])[0]
     auto_class, names = next(
@@ -158,7 +159,7 @@ def compare(model, names, inputs: dict[str, torch.Tensor], path: str) -> dict[st
 def main(argv=None) -> dict[str, float]:
     args = parse_arguments(ExportArguments, argv, description=__doc__)
     if not Path(args.output).resolve().parent.is_dir():
-        raise FileNotFoundError(f"--output {args.output}: the folder {Path(args.output).parent} does not exist")
+        raise MissingFileError(f"--output {args.output}: the folder {Path(args.output).parent} does not exist")
     model, names, tokenizer = load(args.model_dir)
     export(model, names, encode(tokenizer, EXPORT_SENTENCES), args.output)
     differences = compare(model, names, encode(tokenizer, CHECK_SENTENCES), args.output)
@@ -171,4 +172,4 @@ def main(argv=None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 
 from run_scripts.training import data
 from run_scripts.training.arguments import parse_arguments
+from run_scripts.training.usage_errors import DebugArguments, run_script
 
 
 @dataclass
-class BaselineArguments:
+class BaselineArguments(DebugArguments):
     train_file: str = field(metadata={"help": "CoNLL training file"})
     test_file: str = field(metadata={"help": "CoNLL file to tag and score"})
     max_train_samples: int | None = field(default=None, metadata={"help": "first N training sentences only"})
@@ -50,4 +51,4 @@ def main(argv=None) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -20,10 +20,11 @@ from transformers import AutoModel, AutoTokenizer, BatchEncoding
 
 from modeling_slstm import weighted_sum_decomposition
 from run_scripts.training.arguments import parse_arguments
+from run_scripts.training.usage_errors import DebugArguments, UsageError, run_script
 
 
 @dataclass
-class PlotArguments:
+class PlotArguments(DebugArguments):
     model_dir: str = field(
         metadata={
             "help": "folder of a saved S-LSTM model (any task head) and its tokenizer, trained with "
@@ -37,7 +38,7 @@ class PlotArguments:
 
     def __post_init__(self):
         if not self.sentence.strip():
-            raise ValueError("--sentence is empty; give the sentence to decompose as one quoted argument")
+            raise UsageError("--sentence is empty; give the sentence to decompose as one quoted argument")
 
 
 def token_labels(encoding: BatchEncoding, sentence: str) -> list[str]:
@@ -105,4 +106,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

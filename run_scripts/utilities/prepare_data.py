@@ -16,12 +16,13 @@ from pathlib import Path
 
 from run_scripts.training import data
 from run_scripts.training.arguments import check_choices, parse_arguments
+from run_scripts.training.usage_errors import DebugArguments, UsageError, run_script
 
 CORPORA = ("wnut16", "movie_review")
 
 
 @dataclass
-class PrepareDataArguments:
+class PrepareDataArguments(DebugArguments):
     corpus: str = field(metadata={"help": f"which corpus: one of {', '.join(CORPORA)}"})
     output_dir: str = field(metadata={"help": "folder for train.txt / validation.txt / test.txt"})
     data_dir: str | None = field(default=None, metadata={"help": "movie_review: the folder with rt-polarity.pos/.neg"})
@@ -30,7 +31,7 @@ class PrepareDataArguments:
     def __post_init__(self):
         check_choices("corpus", self.corpus, CORPORA)
         if self.corpus == "movie_review" and not self.data_dir:
-            raise ValueError("--corpus movie_review needs --data_dir (the folder with rt-polarity.pos/.neg)")
+            raise UsageError("--corpus movie_review needs --data_dir (the folder with rt-polarity.pos/.neg)")
 
 
 def main(argv=None):
@@ -49,4 +50,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

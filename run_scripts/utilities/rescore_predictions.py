@@ -27,6 +27,7 @@ from sklearn.metrics import accuracy_score, f1_score
 
 from modeling_slstm.tag_schemes import is_span_tag
 from run_scripts.training.arguments import check_choices, parse_arguments
+from run_scripts.training.usage_errors import DebugArguments, UsageError, run_script
 
 FORMATS = ("auto", "tagging", "classification")
 MODES = ("default", "strict")
@@ -35,7 +36,7 @@ CLASSIFICATION_HEADER = ["text", "gold", "predicted"]
 
 
 @dataclass
-class RescoreArguments:
+class RescoreArguments(DebugArguments):
     predictions_file: str = field(metadata={"help": "the predictions to score (see the module docstring)"})
     format: str = field(
         default="auto",
@@ -74,14 +75,14 @@ def read_tagging(path: Path) -> tuple[list[list[str]], list[list[str]]]:
             continue
         fields = line.split("\t") if "\t" in line else line.split()
         if len(fields) < 3:
-            raise ValueError(f"{path}, line {line_number}: expected 'token gold predicted', got {line!r}")
+            raise UsageError(f"{path}, line {line_number}: expected 'token gold predicted', got {line!r}")
         sentence_gold.append(fields[-2])
         sentence_predicted.append(fields[-1])
     if sentence_gold:
         gold.append(sentence_gold)
         predicted.append(sentence_predicted)
     if not gold:
-        raise ValueError(f"{path}: no sentences found")
+        raise UsageError(f"{path}: no sentences found")
     return gold, predicted
 
 
@@ -92,7 +93,7 @@ def score_tagging(path: Path, mode: str, scheme: str) -> dict:
     scores["accuracy"] = sum(g == p for g, p in pairs) / len(pairs)
     if not all(is_span_tag(tag) for pair in pairs for tag in pair):
         if mode == "strict":
-            raise ValueError(f"{path}: --mode strict scores span tags (O, B-X, I-X, ...), and the file has others")
+            raise UsageError(f"{path}: --mode strict scores span tags (O, B-X, I-X, ...), and the file has others")
         return scores
     mode_kwargs = {"mode": "strict", "scheme": STRICT_SCHEMES[scheme]} if mode == "strict" else {}
     for name, scorer in (("precision", precision_score), ("recall", recall_score), ("f1", entity_f1)):
@@ -105,16 +106,16 @@ def score_classification(path: Path) -> dict:
     if lines and not lines[-1]:
         lines.pop()  # the final line end
     if not lines or lines[0].split("\t") != CLASSIFICATION_HEADER:
-        raise ValueError(f"{path}: expected the header line {chr(9).join(CLASSIFICATION_HEADER)!r}")
+        raise UsageError(f"{path}: expected the header line {chr(9).join(CLASSIFICATION_HEADER)!r}")
     gold, predicted = [], []
     for line_number, line in enumerate(lines[1:], start=2):
         fields = line.rsplit("\t", 2)
         if len(fields) != 3:
-            raise ValueError(f"{path}, line {line_number}: expected 'text<TAB>gold<TAB>predicted', got {line!r}")
+            raise UsageError(f"{path}, line {line_number}: expected 'text<TAB>gold<TAB>predicted', got {line!r}")
         gold.append(fields[1])
         predicted.append(fields[2])
     if not gold:
-        raise ValueError(f"{path}: no examples after the header")
+        raise UsageError(f"{path}: no examples after the header")
     return {
         "examples": len(gold),
         "accuracy": float(accuracy_score(gold, predicted)),
@@ -136,4 +137,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from run_scripts.training.arguments import parse_arguments
+from run_scripts.training.usage_errors import DebugArguments, run_script
 
 
 @dataclass
-class SummarizeArguments:
+class SummarizeArguments(DebugArguments):
     output_dir: Path = field(metadata={"help": "the run's output folder (run_ner.py / run_classification.py)"})
     metrics: list[str] = field(
         default_factory=lambda: [
@@ -72,4 +73,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)
