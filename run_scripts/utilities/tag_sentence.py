@@ -7,10 +7,11 @@
 The model loads with `trust_remote_code=True` from the code files saved next to it. Sentences are typed as a person
 writes them: the tokenizer splits words and punctuation the way CoNLL data is split (see `SLSTMTokenizer`).
 
-`--threads` (as in the training scripts, run_scripts/training/threads.py): `auto`, the default, runs PyTorch with as
-many threads as there are idle cores (at most its default, one per physical core), so that tagging a long text does
-not wait at every parallel operator for a core another job keeps busy; a number forces that many. In your own code,
-call `torch.set_num_threads` before the pipeline (docs/benchmarks.md, "Inference on a busy machine", has the figures).
+`--threads`: `auto`, the default, leaves the count to the model, which runs CPU inference with as many threads as
+there are idle cores, measured again every few seconds while it tags (at most PyTorch's default, one per physical
+core; `config.inference_threads="auto"`), so that tagging does not wait at every parallel operator for a core another
+job keeps busy. A number forces that many threads, as in the training scripts (run_scripts/training/threads.py). In
+your own code the model does the same by itself; README.md ("Tag raw text") says how to choose the threads yourself.
 """
 
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ class TagArguments:
     threads: str = field(
         default="auto",
         metadata={
-            "help": "PyTorch threads: 'auto' (as many as there are idle cores, at most PyTorch's default) or a number"
+            "help": "PyTorch threads: 'auto' (the model's choice: as many as there are idle cores, measured again "
+            "while it tags, at most PyTorch's default) or a number"
         },
     )
 
@@ -36,8 +38,13 @@ class TagArguments:
         parse_thread_setting(self.threads)  # a clear error before the model loads
 
 
-def tag(model_dir: str, sentences: list[str]):
+def tag(model_dir: str, sentences: list[str], threads: str = "auto"):
+    """The pipeline's entity groups of each sentence; `threads` as `--threads` (a number: set by `main` beforehand)."""
     model = AutoModelForTokenClassification.from_pretrained(model_dir, trust_remote_code=True)
+    if hasattr(model.config, "inference_threads"):
+        model.config.inference_threads = "auto" if threads == "auto" else "torch"
+    elif threads == "auto":  # code saved before the models chose their threads: measured here, once
+        apply_thread_setting(threads)
     # trust_remote_code: AutoTokenizer reads the model config, whose model type is defined by the shipped code.
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
     tagger = pipeline(
@@ -48,8 +55,9 @@ def tag(model_dir: str, sentences: list[str]):
 
 def main(argv=None):
     args = parse_arguments(TagArguments, argv, description=__doc__)
-    apply_thread_setting(args.threads)
-    for sentence, entities in zip(args.sentences, tag(args.model_dir, args.sentences)):
+    if parse_thread_setting(args.threads) is not None:
+        apply_thread_setting(args.threads)  # a forced count, which the model then keeps
+    for sentence, entities in zip(args.sentences, tag(args.model_dir, args.sentences, args.threads)):
         print(f"\n{sentence}")
         if not entities:
             print("  (no entities)")

@@ -1,6 +1,6 @@
-"""`--threads` (run_scripts/training/threads.py): the count chosen from two /proc/stat readings, a forced count, each
-local process's share, the re-check during training, the one log line of run_ner.py, and the busy-machine benchmark
-on tiny settings."""
+"""`--threads` (run_scripts/training/threads.py, on the measurement of modeling_slstm/cpu_threads.py): the count chosen
+from two /proc/stat readings, a forced count, each local process's share, the re-check during training, the one log
+line of run_ner.py, and the busy-machine benchmark on tiny settings."""
 
 import logging
 
@@ -8,9 +8,11 @@ import pytest
 import torch
 from script_helpers import run_args, run_main, write_generated_ner
 
+from modeling_slstm import cpu_threads
+from modeling_slstm.cpu_threads import CpuSnapshot, idle_cores, thread_count
 from run_scripts.benchmarks import benchmark_busy_machine
 from run_scripts.training import threads
-from run_scripts.training.threads import CpuSnapshot, ThreadCountCallback, choose_threads, idle_cores, thread_count
+from run_scripts.training.threads import ThreadCountCallback, choose_threads
 
 # Two /proc/stat readings 0.25 s apart (25 ticks per core at 100 Hz). Columns: user nice system idle iowait irq softirq
 # steal guest guest_nice; guest time is already in user time.
@@ -36,7 +38,7 @@ cpu1 1020 0 205 4500 50 0 0 0 250 0
 
 
 def snapshot(text: str, own_cpu_s: float = 0.0, wall_s: float = 0.0) -> CpuSnapshot:
-    return CpuSnapshot(threads.parse_proc_stat(text), own_cpu_s, wall_s)
+    return CpuSnapshot(cpu_threads.parse_proc_stat(text), own_cpu_s, wall_s)
 
 
 @pytest.fixture
@@ -50,13 +52,13 @@ def restore_threads():
 def fake_machine(monkeypatch):
     """Two usable cores, one process, no cgroup quota; `fake_machine(*readings)` makes `take_snapshot` return these
     snapshots in turn (the last one from then on)."""
-    monkeypatch.setattr(threads, "usable_cores", lambda: {0, 1})
-    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: None)
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: {0, 1})
+    monkeypatch.setattr(cpu_threads, "cgroup_cpu_limit", lambda: None)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
 
     def readings(*snapshots):
         queue = list(snapshots)
-        monkeypatch.setattr(threads, "take_snapshot", lambda: queue.pop(0) if len(queue) > 1 else queue[0])
+        monkeypatch.setattr(cpu_threads, "take_snapshot", lambda: queue.pop(0) if len(queue) > 1 else queue[0])
 
     return readings
 
@@ -108,7 +110,7 @@ def test_auto_measures_two_readings(fake_machine):
 
 
 def test_each_local_process_takes_its_share(fake_machine, monkeypatch):
-    monkeypatch.setattr(threads, "usable_cores", lambda: {0, 1, 2, 3})
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: {0, 1, 2, 3})
     quiet = "".join(f"cpu{core} 0 0 0 {idle} 0 0 0 0 0 0\n" for core, idle in enumerate([0, 0, 0, 0]))
     after = "".join(f"cpu{core} {25 - idle} 0 0 {idle} 0 0 0 0 0 0\n" for core, idle in enumerate([25, 25, 25, 0]))
     chosen = {}
@@ -123,14 +125,14 @@ def test_each_local_process_takes_its_share(fake_machine, monkeypatch):
 def test_cgroup_quota_is_read_from_cpu_max(tmp_path):
     (tmp_path / "quota").write_text("150000 100000\n")
     (tmp_path / "none").write_text("max 100000\n")
-    assert threads.cgroup_cpu_limit(tmp_path / "quota") == 1.5
-    assert threads.cgroup_cpu_limit(tmp_path / "none") is None
-    assert threads.cgroup_cpu_limit(tmp_path / "absent") is None
+    assert cpu_threads.cgroup_cpu_limit(tmp_path / "quota") == 1.5
+    assert cpu_threads.cgroup_cpu_limit(tmp_path / "none") is None
+    assert cpu_threads.cgroup_cpu_limit(tmp_path / "absent") is None
 
 
 def test_cgroup_quota_caps_the_idle_cores(fake_machine, monkeypatch):
     fake_machine(snapshot(STAT_BEFORE), snapshot(STAT_BEFORE.replace("4500", "4525")))
-    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: 1.5)
+    monkeypatch.setattr(cpu_threads, "cgroup_cpu_limit", lambda: 1.5)
     threads_, reason = choose_threads("auto", limit=2)
     assert threads_ == 1
     assert "cgroup CPU quota" in reason
@@ -138,21 +140,21 @@ def test_cgroup_quota_caps_the_idle_cores(fake_machine, monkeypatch):
 
 def test_without_proc_stat_the_load_average_decides(fake_machine, monkeypatch):
     fake_machine(None)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (1.2, 0.5, 0.1))
+    monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (1.2, 0.5, 0.1))
     threads_, reason = choose_threads("auto", limit=2)
     assert (threads_, "load average 1.20" in reason) == (1, True)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.1, 0.5, 0.1))
+    monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (0.1, 0.5, 0.1))
     assert choose_threads("auto", limit=2)[0] == 2
 
     def no_load_average():
         raise OSError("no load average")
 
-    monkeypatch.setattr(threads.os, "getloadavg", no_load_average)
+    monkeypatch.setattr(cpu_threads.os, "getloadavg", no_load_average)
     assert choose_threads("auto", limit=2)[0] == 2  # nothing to measure: PyTorch's default
 
 
 def test_a_number_forces_the_count_and_measures_nothing(fake_machine, monkeypatch):
-    monkeypatch.setattr(threads, "take_snapshot", lambda: pytest.fail("a forced count measures nothing"))
+    monkeypatch.setattr(cpu_threads, "take_snapshot", lambda: pytest.fail("a forced count measures nothing"))
     assert choose_threads("3", limit=2) == (3, "--threads 3")
     assert choose_threads("auto", limit=1)[0] == 1  # a default of one thread leaves nothing to choose
 
