@@ -263,21 +263,34 @@ def inference_thread_count(config) -> int | None:
     return setting if setting != "auto" else INFERENCE_IDLE_CORES.threads()
 
 
+class InsideInference(threading.local):
+    """Whether this thread runs inside a model's [`cpu_inference_threads`] (a task model's forward calls its encoder's):
+    the outermost call alone decides."""
+
+    inside = False
+
+
+INSIDE_INFERENCE = InsideInference()
+
+
 @contextlib.contextmanager
 def cpu_inference_threads(model: torch.nn.Module):
     """Runs the block with the thread count of `model.config.inference_threads` when it is CPU inference
-    ([`runs_cpu_inference`]), and gives the caller's count back afterwards, also when the block raises. PyTorch's thread
-    count belongs to the calling thread, so concurrent callers in other threads keep theirs."""
-    threads = inference_thread_count(model.config) if runs_cpu_inference(model) else None
-    callers = torch.get_num_threads()
-    if threads is None or threads == callers:
+    ([`runs_cpu_inference`]) and not inside another model's, and gives the caller's count back afterwards, also when
+    the block raises. PyTorch's thread count belongs to the calling thread, so callers in other threads keep theirs."""
+    if INSIDE_INFERENCE.inside or not runs_cpu_inference(model):
         yield
         return
-    torch.set_num_threads(threads)
+    threads, callers = inference_thread_count(model.config), torch.get_num_threads()
+    INSIDE_INFERENCE.inside = True
+    if threads is not None and threads != callers:
+        torch.set_num_threads(threads)
     try:
         yield
     finally:
-        torch.set_num_threads(callers)
+        INSIDE_INFERENCE.inside = False
+        if torch.get_num_threads() != callers:
+            torch.set_num_threads(callers)
 
 
 def with_cpu_inference_threads(forward):
