@@ -133,6 +133,34 @@ def test_tag_sentence_takes_its_threads_before_tagging(tmp_path, monkeypatch):
         tag_sentence.main(["--model_dir", str(tmp_path), "--sentences", "John", "--threads", "0"])
 
 
+def test_tag_sentence_leaves_auto_to_the_model(tmp_path, monkeypatch):
+    """`--threads auto` sets no thread count and lets the model choose its own (`config.inference_threads="auto"`, also
+    over a checkpoint's other choice); a number is set before tagging and the model keeps it (`"torch"`). A model whose
+    code is older than `inference_threads` gets the count measured by the script, once."""
+    from types import SimpleNamespace
+
+    from helpers import word_tagger
+
+    from run_scripts.utilities import tag_sentence
+
+    model, tokenizer = word_tagger([["John", "lives", "in", "Paris"]])
+    model.config.inference_threads = 1
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    tagged = []
+    monkeypatch.setattr(tag_sentence, "pipeline", lambda *args, model, **kwargs: tagged.append(model) or (lambda s: []))
+    calls = []
+    monkeypatch.setattr(tag_sentence, "apply_thread_setting", calls.append)
+    tag_sentence.main(["--model_dir", str(tmp_path), "--sentences", "John lives in Paris ."])
+    tag_sentence.main(["--model_dir", str(tmp_path), "--sentences", "John lives in Paris .", "--threads", "2"])
+    assert [model.config.inference_threads for model in tagged] == ["auto", "torch"]
+    assert calls == ["2"]
+    older = SimpleNamespace(config=SimpleNamespace())
+    monkeypatch.setattr(tag_sentence.AutoModelForTokenClassification, "from_pretrained", lambda *args, **kwargs: older)
+    tag_sentence.tag(str(tmp_path), ["John"], "auto")
+    assert calls == ["2", "auto"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tag_scheme", [None, "bioes"])
 def test_tag_sentence_prints_the_entities_of_a_trained_tagger(tmp_path, monkeypatch, capsys, tag_scheme):

