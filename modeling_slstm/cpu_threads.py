@@ -283,9 +283,9 @@ def cpu_inference_threads(model: torch.nn.Module):
         return
     threads, callers = inference_thread_count(model.config), torch.get_num_threads()
     INSIDE_INFERENCE.inside = True
-    if threads is not None and threads != callers:
-        torch.set_num_threads(threads)
     try:
+        if threads is not None and threads != callers:
+            torch.set_num_threads(threads)
         yield
     finally:
         INSIDE_INFERENCE.inside = False
