@@ -13,6 +13,7 @@ from modeling_slstm.configuration_slstm import (
     validate_integers,
     word_representation_dim,
 )
+from modeling_slstm.cpu_threads import check_inference_threads
 
 BASELINE_ENCODER_TYPES = ("bilstm", "cnn", "transformer", "feed_forward")
 BASELINE_POSITION_EMBEDDINGS = ("sinusoidal", "learned")
@@ -61,11 +62,12 @@ class BaselineEncoderConfig(PreTrainedConfig):
         max_position_embeddings (`int`, *optional*, defaults to 1024):
             Longest input for learned positions.
         classifier_dropout, classifier_pooling, use_crf, crf_constraints, head_tag_scheme, step_implementation,
-        initializer_range, pad_token_id, bos_token_id, eos_token_id: the head and embedding fields, with the same
-            meaning and defaults as [`SLSTMConfig`] (`step_implementation` chooses the CRF's plain loops or its Triton
-            kernels; the encoders here have no S-LSTM step). `classifier_pooling="sentence"` reads the encoder's `pooler_output`: for a BiLSTM the
-            final forward state concatenated with the final backward state; for a CNN or a Transformer the masked
-            mean of the outputs (they have no sentence state).
+        inference_threads, initializer_range, pad_token_id, bos_token_id, eos_token_id: the head and embedding fields
+            and the CPU inference threads, with the same meaning and defaults as [`SLSTMConfig`] (so that a speed
+            comparison runs both kinds of model on the same threads; `step_implementation` chooses the CRF's plain
+            loops or its Triton kernels; the encoders here have no S-LSTM step). `classifier_pooling="sentence"` reads
+            the encoder's `pooler_output`: for a BiLSTM the final forward state concatenated with the final backward
+            state; for a CNN or a Transformer the masked mean of the outputs (they have no sentence state).
 
     Example:
 
@@ -109,6 +111,7 @@ class BaselineEncoderConfig(PreTrainedConfig):
         crf_constraints: bool = True,
         head_tag_scheme: str | None = None,
         step_implementation: str = "auto",
+        inference_threads: str | int = "auto",
         initializer_range: float = 0.1,
         pad_token_id: int = 0,
         bos_token_id: int = 2,
@@ -142,6 +145,7 @@ class BaselineEncoderConfig(PreTrainedConfig):
         self.crf_constraints = crf_constraints
         self.head_tag_scheme = head_tag_scheme
         self.step_implementation = step_implementation
+        self.inference_threads = inference_threads
         self.initializer_range = initializer_range
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
@@ -176,6 +180,7 @@ class BaselineEncoderConfig(PreTrainedConfig):
                 f"BaselineEncoderConfig.step_implementation must be one of {STEP_IMPLEMENTATIONS}, got "
                 f"{self.step_implementation!r}"
             )
+        check_inference_threads(self.inference_threads, "BaselineEncoderConfig")
         if self.encoder_type == "cnn" and self.kernel_size % 2 == 0:
             raise ValueError(f"BaselineEncoderConfig.kernel_size must be odd, got {self.kernel_size}")
         if self.encoder_type == "transformer" and self.hidden_size % self.num_attention_heads:

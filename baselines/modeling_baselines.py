@@ -21,6 +21,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceClassifierOutput, TokenClassifierOutput
 
 from modeling_slstm.cpu_matmul import SLSTMLinear
+from modeling_slstm.cpu_threads import with_cpu_inference_threads
 from modeling_slstm.crf import ConditionalRandomField
 from modeling_slstm.modeling_slstm import SLSTMEmbeddings, SLSTMPooler, masked_mean
 from modeling_slstm.token_tagging import head_tag_count, tagging_loss_and_logits, update_head_for_labels
@@ -250,6 +251,7 @@ class BaselineModel(BaselinePreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.embeddings.word_embeddings = value
 
+    @with_cpu_inference_threads
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -319,6 +321,7 @@ class BaselineForSequenceClassification(BaselinePreTrainedModel):
         self.post_init()
 
     # The S-LSTM classifier's `forward` (tests/model/test_baselines.py checks that the two stay identical)
+    @with_cpu_inference_threads
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -397,6 +400,7 @@ class BaselineForTokenClassification(BaselinePreTrainedModel):
         return not self.config.use_crf
 
     # The S-LSTM tagger's `forward` (tests/model/test_baselines.py checks that the two stay identical)
+    @with_cpu_inference_threads
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,

@@ -3,6 +3,7 @@
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
+from .cpu_threads import check_inference_threads
 from .kernel_dispatch import STEP_IMPLEMENTATIONS
 from .tag_schemes import BIOESLabelMap
 
@@ -224,6 +225,14 @@ class SLSTMConfig(PreTrainedConfig):
             `remove_output_gate`, or in float64); `"auto"` the kernels when the tensors are on a CUDA GPU and they can
             run there, the readable step otherwise. A CRF head follows the same choice between its plain loops and
             its Triton kernels (`triton_crf.py`). Can be changed on a built model (`model.config`).
+        inference_threads (`str` or `int`, *optional*, defaults to `"auto"`):
+            PyTorch's intra-op threads while a model runs inference on the CPU (a forward outside autograd-enabled
+            training, not traced by `torch.compile`); the caller's count is given back afterwards. `"auto"`: as many
+            as there are idle usable cores, measured again at most every 2 s from `/proc/stat` (never more than
+            PyTorch's default), unless the caller chose a count (`torch.set_num_threads` to other than the default,
+            or `OMP_NUM_THREADS`), which is kept; on a machine where other jobs run this is several times faster
+            than PyTorch's default (`cpu_threads.py`). `"torch"`: PyTorch's count as it is. A number: that many
+            threads. Can be changed on a built model (`model.config`) or given to `from_pretrained`.
         initializer_range (`float`, *optional*, defaults to 0.1):
             Standard deviation of the normal initialisation of the word embeddings.
         pad_token_id (`int`, *optional*, defaults to 0), bos_token_id (`int`, *optional*, defaults to 2),
@@ -272,6 +281,7 @@ class SLSTMConfig(PreTrainedConfig):
         crf_constraints: bool = True,
         head_tag_scheme: str | None = None,
         step_implementation: str = "auto",
+        inference_threads: str | int = "auto",
         initializer_range: float = 0.1,
         pad_token_id: int = 0,
         bos_token_id: int = 2,
@@ -305,6 +315,7 @@ class SLSTMConfig(PreTrainedConfig):
         self.crf_constraints = crf_constraints
         self.head_tag_scheme = head_tag_scheme
         self.step_implementation = step_implementation
+        self.inference_threads = inference_threads
         self.initializer_range = initializer_range
         self.pad_token_id = pad_token_id
         self.bos_token_id = bos_token_id
@@ -322,6 +333,8 @@ class SLSTMConfig(PreTrainedConfig):
             check_bioes_head_labels(self, [value[index] for index in sorted(value, key=int)])
         elif key == "label2id" and value is not None:
             check_bioes_head_labels(self, sorted(value, key=lambda label: int(value[label])))
+        elif key == "inference_threads":
+            check_inference_threads(value, type(self).__name__)
         super().__setattr__(key, value)
 
     @property

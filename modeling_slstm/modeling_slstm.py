@@ -28,6 +28,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, SequenceCl
 
 from .configuration_slstm import CHAR_PAD_ID, SLSTMConfig, word_representation_dim
 from .cpu_matmul import SLSTMConv1d, SLSTMLinear
+from .cpu_threads import with_cpu_inference_threads
 from .crf import ConditionalRandomField
 from .token_tagging import head_tag_count, tagging_loss_and_logits, update_head_for_labels
 from .triton_step import RecurrenceOptions, fused_recurrence, uses_fused_step
@@ -728,6 +729,7 @@ class SLSTMModel(SLSTMPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding):
         self.embeddings.word_embeddings = value
 
+    @with_cpu_inference_threads
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -843,6 +845,7 @@ class SLSTMForSequenceClassification(SLSTMPreTrainedModel):
         self.classifier = SLSTMLinear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    @with_cpu_inference_threads
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -944,6 +947,7 @@ class SLSTMForTokenClassification(SLSTMPreTrainedModel):
     def accepts_loss_kwargs(self) -> bool:
         return not self.config.use_crf
 
+    @with_cpu_inference_threads
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,

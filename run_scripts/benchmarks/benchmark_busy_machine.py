@@ -10,7 +10,8 @@ vectors over a `--vocabulary_size`-word vocabulary, the 21 IOB2 labels of WNUT-1
 default): it trains on one batch of `--sentences` random sentences of `--words` words (the demo's batch size, about a
 WNUT-16 tweet) with the Trainer's optimizer (fused AdamW) and the demo's gradient clipping (3.0). `--workload
 pipeline`: `pipeline("token-classification")` tags one text of `--document_words` random words (a long document, read
-whole), the model in evaluation mode. A busy core is another process spinning in a Python
+whole), the model in evaluation mode, on the threads of the setting (its own choice for CPU inference set aside:
+`config.inference_threads="torch"`; benchmark_tagging_threads.py times that choice). A busy core is another process spinning in a Python
 loop, pinned to a core of its own (the last usable cores first). Each pair of machine state and thread setting runs
 in a fresh Python process (thread pools belong to a process) started while the spinners run, without
 OMP_NUM_THREADS or OMP_WAIT_POLICY in its environment. Thread settings (`--settings`):
@@ -114,13 +115,18 @@ class BusyMachineArguments:
             raise ValueError(f"--busy_cores must be between 0 and the {cores} usable core(s), got {self.busy_cores}")
 
 
+def wnut_labels() -> list[str]:
+    """The 21 IOB2 labels of WNUT-16, the demo's."""
+    return complete_span_labels([f"B-{entity_type}" for entity_type in WNUT_TYPES], "IOB2")
+
+
 def demo_batch(args: BusyMachineArguments) -> tuple[dict, list[str], object]:
     """A padded batch of random sentences with the demo's labels, its label list and tokenizer."""
     rng = random.Random(args.seed)
     vocabulary = [
         "".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 10))) for _ in range(args.vocabulary_size)
     ]
-    labels = complete_span_labels([f"B-{entity_type}" for entity_type in WNUT_TYPES], "IOB2")
+    labels = wnut_labels()
     sentences = [rng.choices(vocabulary, k=args.words) for _ in range(args.sentences)]
     tags = [[rng.choice(labels[1::2]) if rng.random() < 0.1 else "O" for _ in sentence] for sentence in sentences]
     tokenizer = build_word_tokenizer([vocabulary])
@@ -130,8 +136,8 @@ def demo_batch(args: BusyMachineArguments) -> tuple[dict, list[str], object]:
     return DataCollatorForTokenClassification(tokenizer)(examples), labels, tokenizer
 
 
-def demo_model(args: BusyMachineArguments, labels: list[str], tokenizer) -> SLSTMForTokenClassification:
-    """The demo's model over `labels` and `tokenizer`'s vocabulary, drawn with `--seed`."""
+def demo_model(args, labels: list[str], tokenizer) -> SLSTMForTokenClassification:
+    """The demo's model over `labels` and `tokenizer`'s vocabulary, drawn with `args.seed` from `args.config_name`."""
     config = SLSTMConfig.from_json_file(args.config_name)
     config.num_labels = len(labels)
     config.id2label = dict(enumerate(labels))
@@ -176,6 +182,7 @@ def time_pipeline_calls(args: BusyMachineArguments) -> dict:
     `--document_words` words of `demo_batch`'s vocabulary."""
     _, labels, tokenizer = demo_batch(args)
     model = demo_model(args, labels, tokenizer).eval()
+    model.config.inference_threads = "torch"
     words = [word for word in tokenizer.get_vocab() if word.isalpha() and word.islower()]
     text = " ".join(random.Random(args.seed).choices(sorted(words), k=args.document_words))
     tagger = pipeline("token-classification", model=model, tokenizer=tokenizer)
@@ -190,15 +197,18 @@ def time_workload(arguments: dict, setting: str) -> dict:
     return time_pipeline_calls(args) if args.workload == "pipeline" else time_training_steps(args)
 
 
-def run_in_fresh_process(args: BusyMachineArguments, setting: str) -> dict:
-    """`time_workload` in a new Python process, whose environment sets no thread count or wait policy."""
+def run_in_fresh_process(args, setting: str, function: str = "benchmark_busy_machine.time_workload") -> dict:
+    """`function(asdict(args), setting)` (a function of run_scripts/benchmarks, `time_workload` by default) in a new
+    Python process, whose environment sets no thread count or wait policy (`OMP_WAIT_POLICY=PASSIVE` for `passive`);
+    its JSON result."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS")}
     env["TOKENIZERS_PARALLELISM"] = "false"
     if setting == "passive":
         env["OMP_WAIT_POLICY"] = "PASSIVE"
+    module, name = function.rsplit(".", 1)
     code = (
-        "import json, sys; from run_scripts.benchmarks.benchmark_busy_machine import time_workload; "
-        "print(json.dumps(time_workload(json.loads(sys.argv[1]), sys.argv[2])))"
+        f"import json, sys; from run_scripts.benchmarks.{module} import {name}; "
+        f"print(json.dumps({name}(json.loads(sys.argv[1]), sys.argv[2])))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code, json.dumps(asdict(args)), setting],

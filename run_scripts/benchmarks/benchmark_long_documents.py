@@ -58,6 +58,7 @@ def tagging_pipeline(args: LongDocumentArguments, text: str):
         tokenizer = build_word_tokenizer([text.split()])
         model = fresh_model(SLSTMForTokenClassification, str(CONFIG), tokenizer, seed=0,
                             id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)})  # fmt: skip
+    model.config.inference_threads = "torch"  # the --threads set here, not the model's choice from the idle cores
     return pipeline("token-classification", model=model.eval(), tokenizer=tokenizer, aggregation_strategy="simple")
 
 

@@ -123,6 +123,17 @@ class SLSTMTrainer(Trainer):
                 return loss
         return super().training_step(model, inputs, num_items_in_batch)
 
+    def evaluation_loop(self, *args, **kwargs):
+        """The Trainer's evaluation and prediction loop on the run's threads (`--threads`, which a number forces): the
+        model's own choice for CPU inference (`config.inference_threads`) is set aside meanwhile, and is what the
+        saved config keeps."""
+        config = self.model.config
+        models_choice, config.inference_threads = config.inference_threads, "torch"
+        try:
+            return super().evaluation_loop(*args, **kwargs)
+        finally:
+            config.inference_threads = models_choice
+
     def past_the_buckets(self, inputs: dict) -> bool:
         """Whether the training batches come in static shapes (`StaticShapeBatches`) and this one is not among them:
         a sentence past the last bucket gives its batch a width of its own, a graph that no other batch would replay."""

