@@ -79,8 +79,47 @@ def contiguous(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]
     return tuple(None if tensor is None else tensor.contiguous() for tensor in tensors)
 
 
+def product_width(hidden: int, nodes: int, window_size: int) -> int:
+    """Columns `P` of the product `h̃^{t-1} W_h^T` (`words_weight`'s rows): `2w + 1` window blocks of the `2w + K + 4`
+    gate blocks a word's context feeds, then `U_f h`, `U_g h`, `U_o h` (`K` blocks each), each `hidden` wide."""
+    return ((2 * window_size + 1) * (2 * window_size + nodes + 4) + 3 * nodes) * hidden
+
+
 SUMS_BLOCK = 256
 """Columns per program of `step_sums_kernel`."""
+
+MAX_GRID = (2**31 - 1, 65_535, 65_535)
+"""The most programs CUDA launches on each axis of a grid (x, y, z); Triton's interpreter does not check them."""
+INT32_OFFSETS_LIMIT = 2**31
+"""Values of a sentence's product from which the step kernels compute offsets in int64 (`_offset_unit`)."""
+
+
+def is_long(programs: int) -> bool:
+    """Whether a sentence of a step kernel's launch takes more programs than grid axis 1 holds: then they go on
+    axis 0 and the sentences on axes 1 and 2 (`LONG_SENTENCES`, `triton_kernels._program_and_sentence`)."""
+    return programs > MAX_GRID[1]
+
+
+def sentence_axes(batch: int) -> tuple[int, int]:
+    """Grid axes 1 and 2 for `batch` sentences of a long sentences' launch, each within `MAX_GRID`:
+    `(sentences per row, rows)`, as few rows of equal length as hold the batch (one up to 65,535 sentences). The
+    programs past the batch's end, fewer than a row, return at once."""
+    rows = max(1, -(-batch // MAX_GRID[1]))
+    return -(-batch // rows), rows
+
+
+def launch_grid(programs: int, batch: int) -> tuple[int, int, int]:
+    """The grid of a step kernel's launch on `batch` sentences of `programs` programs each: the sentences on axis 0
+    and their programs on axis 1, or for long sentences (`is_long`) the programs on axis 0 and the sentences on axes
+    1 and 2 (`sentence_axes`). Any batch and any length fits `MAX_GRID` either way.
+
+    Raises:
+        `ValueError`: If `programs` is past CUDA's limit on axis 0 (a sentence of about 2^31 / 10 words at hidden
+        300, more than a GPU's memory holds).
+    """
+    if programs > MAX_GRID[0]:
+        raise ValueError(f"a sentence takes at most {MAX_GRID[0]:,} programs of a step kernel, got {programs:,}")
+    return (programs, *sentence_axes(batch)) if is_long(programs) else (batch, programs, 1)
 
 
 class StepKernels:
@@ -111,6 +150,7 @@ class StepKernels:
             "CONTEXT_BLOCKS": 2 * window_size + nodes + 4,  # the normalised gates, o and u: the slots of a tile
             "GATES": gates,
             "SIGMOID_SCORES": sigmoid_scores,
+            "INT64_OFFSETS": seq * product_width(hidden, nodes, window_size) >= INT32_OFFSETS_LIMIT,
             "num_warps": word_tiles["num_warps"],
         }
         self.forward_options = {
@@ -130,9 +170,13 @@ class StepKernels:
         }
         word_hidden_blocks = -(-hidden // word_tiles["BLOCK_H"])
         sentence_programs = -(-hidden // sentence_tiles["BLOCK_H"]) if nodes else 0
-        self.forward_grid = (batch, sentence_programs + -(-seq // word_tiles["BLOCK_S"]) * word_hidden_blocks)
+        self.forward_programs = sentence_programs + -(-seq // word_tiles["BLOCK_S"]) * word_hidden_blocks
+        self.forward_grid = launch_grid(self.forward_programs, batch)
+        self.forward_options["LONG_SENTENCES"] = is_long(self.forward_programs)
         self.position_blocks = -(-seq // ((backward_block_s - 2 * window_size) * tiles))
-        self.backward_grid = (batch, self.position_blocks * -(-hidden // backward_tiles["BLOCK_H"]))
+        self.backward_programs = self.position_blocks * -(-hidden // backward_tiles["BLOCK_H"])
+        self.backward_grid = launch_grid(self.backward_programs, batch)
+        self.backward_options["LONG_SENTENCES"] = is_long(self.backward_programs)
         # The partial sums per position block, with sentence nodes: the sentence terms' gradient (batch, W), then
         # the two parts of c_g^{t-1}'s (2, batch, K, H).
         sentence_width = (shared["CONTEXT_BLOCKS"] + 3 * nodes) * hidden  # W, the sentence terms'
@@ -162,7 +206,7 @@ class StepKernels:
                 sentence_terms_ptr=sentence_terms, sentence_cells_ptr=sentence_cells, statistics_ptr=statistics,
                 new_sentence_states_ptr=new_sentence_states, new_sentence_cells_ptr=new_sentence_cells,
             ),
-            **self.forward_options,
+            batch=cells.shape[0], **self.forward_options,
         )  # fmt: skip
         return outputs
 
@@ -186,8 +230,7 @@ class StepKernels:
                 sentence_terms_ptr=sentence_terms, sentence_cells_ptr=sentence_cells, statistics_ptr=statistics,
                 partials_ptr=partials,
             ),
-            LATER_STEPS=later_steps,
-            **self.backward_options,
+            batch=cells.shape[0], LATER_STEPS=later_steps, **self.backward_options,
         )  # fmt: skip
         if self.nodes:
             step_sums_kernel[self.sums_grid](

@@ -20,7 +20,7 @@ from modeling_slstm import triton_crf, triton_kernels, triton_step
 from run_scripts.benchmarks.support.kernel_compiles import compile_for_sm_90
 
 FLOAT32_POINTERS = ("mask_ptr", "lengths_ptr", "statistics_ptr", "d_input_terms_ptr", "partials_ptr")
-INTEGERS = ("seq", "hidden", "blocks", "terms_size", "size")
+INTEGERS = ("seq", "hidden", "batch", "blocks", "terms_size", "size")
 ABSENT_WITHOUT_NODES = (
     "sentence_terms_ptr", "sentence_cells_ptr", "new_sentence_states_ptr", "new_sentence_cells_ptr", "statistics_ptr",
     "d_sentence_states_ptr", "d_sentence_cells_ptr", "partials_ptr",
@@ -56,6 +56,8 @@ def compile_the_step_kernels():
     compile_for_hopper(triton_kernels.step_backward_kernel, **step(2, 2, True, hidden=40))
     compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 1, False, last_step=True))
     compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 0, True, last_step=True))
+    for kernel in triton_kernels.step_forward_kernel, triton_kernels.step_backward_kernel:  # sentences past 2^31
+        compile_for_hopper(kernel, **{**step(1, 1, True), "INT64_OFFSETS": True})  # values of the product
     compile_for_hopper(triton_kernels.step_sums_kernel, BLOCK=triton_step.SUMS_BLOCK)
 
 

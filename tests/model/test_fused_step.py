@@ -416,6 +416,41 @@ def head_gradients(model, ids, mask, labels) -> dict[str, torch.Tensor]:
 
 
 @needs_triton
+@pytest.mark.parametrize("offsets", ["int32", "int64"])
+def test_long_sentences_layout_matches_the_readable_steps_and_repeats_bitwise(offsets, monkeypatch):
+    """The launches of sentences too long for grid axis y (`triton_step.launch_grid`), forced at 13 words by a limit
+    of 2 programs on axes y and z: each sentence's programs on axis x (3 of them, in small tiles of 8 positions), the
+    3 sentences on axes y and z in 2 rows of 2 (one program past the batch's end); with int32 offsets within a
+    sentence and, from a limit of 0 values, int64 ones (`INT64_OFFSETS`). Gradients as the readable step's, the
+    same bits at a second run."""
+    if not KERNELS_INTERPRETED:
+        pytest.skip("the grid limits are CUDA's own on a GPU: test_launch_grids.py checks every launch against them")
+    monkeypatch.setattr(triton_step, "MAX_GRID", (2**31 - 1, 2, 2))
+    if offsets == "int64":
+        monkeypatch.setattr(triton_step, "INT32_OFFSETS_LIMIT", 0)
+    config = tiny_config(hidden_size=8, num_steps=2, initial_state="input")  # window 1, one sentence node
+    model = build(SLSTMForTokenClassification, config)
+    ids, mask = pad(random_ids(HEAD_LENGTHS), "right")
+    labels = torch.randint(0, 2, ids.shape, generator=torch.Generator().manual_seed(5)).masked_fill(~mask, -100)
+    expected = head_gradients(model, ids, mask, labels)
+    model.config.step_implementation = "triton"
+    triton_step.step_kernels.cache_clear()  # none made under the real limits
+    try:
+        with kernel_tiles(**SMALL_GPU_TILES):
+            kernels = triton_step.StepKernels(len(HEAD_LENGTHS), max(HEAD_LENGTHS), 8, 1, 1, True)
+            assert kernels.forward_grid == (3, 2, 2) and kernels.backward_grid == (3, 2, 2)
+            options = kernels.backward_options
+            assert options["LONG_SENTENCES"] and options["INT64_OFFSETS"] == (offsets == "int64")
+            first = head_gradients(model, ids, mask, labels)
+            second = head_gradients(model, ids, mask, labels)
+    finally:
+        triton_step.step_kernels.cache_clear()  # none kept for the real limits
+    assert_fused_matches_readable(first, expected)
+    for name, gradient in first.items():
+        assert torch.equal(second[name], gradient), name
+
+
+@needs_triton
 @pytest.mark.parametrize("case", list(HEAD_CASES))
 def test_parallel_backward_matches_the_readable_step_and_repeats_bitwise(case):
     """The backward's tiling as on a GPU (8 positions a tile, `2w` of them halo rows recomputed, 8 hidden units;
