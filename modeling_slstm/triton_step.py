@@ -421,18 +421,44 @@ def step_launchers(cells, sentence_cells, options: RecurrenceOptions):
 
 KEPT_PRODUCTS_BYTES = 128 * 2**20
 """The most memory that the fused recurrence keeps every step's product `P = h̃^{t-1} W_h^T` in, from the forward to
-the backward. Short batches, where a step's matmuls are launch-bound, fit: the backward then reads `P` instead of
-recomputing it, and takes the gradient of `W_h` in one matmul over all steps (two operators fewer per step). Longer
-ones recompute `P` step by step and sum the gradient of `W_h` step by step, holding one `P` at a time (the paper
-configuration in float32 keeps `P` up to about 500 words per batch: 10 sentences of 50 words, or 32 of 16)."""
+the backward, off a GPU (on one: `KEPT_PRODUCTS_FREE_FRACTION`). Short batches, where a step's matmuls are
+launch-bound, fit: the backward then reads `P` instead of recomputing it, and takes the gradient of `W_h` in one
+matmul over all steps (two operators fewer per step). Longer ones recompute `P` step by step and sum the gradient of
+`W_h` step by step, holding one `P` at a time (the paper configuration in float32 keeps `P` up to about 500 words per
+batch: 10 sentences of 50 words, or 32 of 16)."""
+KEPT_PRODUCTS_FREE_FRACTION = 0.25
+"""On a CUDA device, the kept products take at most this fraction of the memory the device had free at the process's
+first fused forward on it (`kept_products_limit`). The paper NER configuration's products at 32 sentences of 512
+words in bf16 take 2.1 GB (9 steps of `(16,384, 7,200)`), kept on a GPU with more than 8.5 GB free (an H200 has
+about 140 GB); the rest of a step (its inputs kept for the backward, `dP`, the optimizer's state) keeps the other
+three quarters."""
+
+
+@torch.compiler.assume_constant_result  # `torch.compile` reads it once, as a constant (it is one)
+@functools.cache
+def free_device_memory(device: torch.device) -> int:
+    """Bytes free on the CUDA `device` at the first call for it: free on the device, plus what PyTorch's caching
+    allocator holds unused (free for PyTorch's tensors, not the device's). One query a process and device, so that the
+    kept products' limit stays the same at every step (a later query would count the memory the step before kept)."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+def kept_products_limit(device: torch.device) -> int:
+    """The most bytes of products the fused recurrence keeps on `device`: `KEPT_PRODUCTS_FREE_FRACTION` of the memory
+    a CUDA device had free at the first query (`free_device_memory`), `KEPT_PRODUCTS_BYTES` on any other device."""
+    if device.type != "cuda":
+        return KEPT_PRODUCTS_BYTES
+    return int(KEPT_PRODUCTS_FREE_FRACTION * free_device_memory(device))
 
 
 def kept_products(num_steps: int, states: torch.Tensor, words_weight: torch.Tensor) -> torch.Tensor | None:
     """Room `(T, batch * seq, R)` for the product of every step with `words_weight` `(R, H)`, where it takes at
-    most `KEPT_PRODUCTS_BYTES`, else `None` (the backward recomputes them). Decided by the shapes alone."""
+    most `kept_products_limit` on the states' device, else `None` (the backward recomputes them). Decided by the
+    shapes and that limit alone."""
     batch, seq, _ = states.shape
     shape = (num_steps, batch * seq, words_weight.shape[0])
-    if shape[0] * shape[1] * shape[2] * words_weight.element_size() > KEPT_PRODUCTS_BYTES:
+    if shape[0] * shape[1] * shape[2] * words_weight.element_size() > kept_products_limit(states.device):
         return None
     return words_weight.new_empty(shape)
 
@@ -459,7 +485,7 @@ class FusedRecurrence(torch.autograd.Function):
     `words_weight`: the kernel reads `W ξ_i` as the sum of the window blocks of `P` at the neighbours' rows, `U_f h_j`
     from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
     on the sentence states, `sentences_weight`). Each step's inputs are saved (`StepInputs`, what gradient
-    checkpointing of every step would keep), and on short batches every step's `P` too (`KEPT_PRODUCTS_BYTES`). The
+    checkpointing of every step would keep), and on short batches every step's `P` too (`kept_products_limit`). The
     backward launches the backward kernels, which write `dP` into a tensor apart from `P` (`d_product_room`), then two
     matmuls for the gradients of `h^{t-1}` and `γ^{t-1}`. With the products kept, each step's `dP` takes the kept
     product of the step after it, which that step's backward has read for the last time (the last step's, a tensor

@@ -166,7 +166,7 @@ def test_fused_step_under_bf16_autocast_and_hidden_dropout(device):
 @pytest.mark.parametrize("case", ["w1 K1 learned sigmoid_softmax"])  # the kept path: every other fused test's
 def test_products_kept_or_recomputed_give_the_readable_gradients(case, device, monkeypatch):
     """The backward reads each step's product kept from the forward (short batches) or recomputes it
-    (`KEPT_PRODUCTS_BYTES` exceeded), with the gradient of the word weights taken over all steps at once or summed
+    (`kept_products_limit` exceeded), with the gradient of the word weights taken over all steps at once or summed
     step by step: both match the readable step, with hidden dropout on the matmuls' inputs."""
     model = build(SLSTMModel, tiny_config(num_steps=3, hidden_dropout=0.3, **CASES[case])).to(device).train()
     embeds, mask = padded_batch(model.config, device, torch.float32, side="left")
@@ -175,7 +175,7 @@ def test_products_kept_or_recomputed_give_the_readable_gradients(case, device, m
     states = embeds.new_empty(*mask.shape, model.config.hidden_size)
     assert triton_step.kept_products(3, states, weights) is not None  # this batch is short
     kept = outputs_and_gradients(model, embeds, mask, "triton")
-    monkeypatch.setattr(triton_step, "KEPT_PRODUCTS_BYTES", 0)
+    monkeypatch.setattr(triton_step, "kept_products_limit", lambda device: 0)
     assert triton_step.kept_products(3, states, weights) is None
     recomputed = outputs_and_gradients(model, embeds, mask, "triton")
     assert_close_to_readable(kept, readable, torch.float32)
