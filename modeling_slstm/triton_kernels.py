@@ -484,9 +484,10 @@ def _offset_unit(hidden, INT64_OFFSETS: tl.constexpr):
     product with it (positions times a row's width, gate slots times `hidden`); the pointers themselves are moved to
     the sentence's rows in int64 (`b` is). int32 offsets hold while a sentence's product, its largest tensor, has
     fewer than 2^31 values (`seq·P`): up to 298,261 words in the paper configuration (`P = 7,200`), 43,690 at hidden
-    1024 and window 2 (`P = 49,152`). The launcher sets `INT64_OFFSETS` past that (one more compiled variant, for
-    such lengths only): int64 offsets everywhere would take the paper configuration's backward from 126 registers a
-    thread to 190 (compiled for sm_90, Triton 3.9)."""
+    1024 and window 2 (`P = 49,152`). The launcher sets `INT64_OFFSETS` past that only (one more compiled variant,
+    for such lengths): int64 offsets take the paper configuration's kernels in the long sentences' layout from 109
+    registers a thread to 144 (forward) and from 177 to 190 and 231 (backward, the last step and the others; sm_90,
+    Triton 3.9)."""
     return tl.cast(hidden, tl.int64) if INT64_OFFSETS else hidden
 
 

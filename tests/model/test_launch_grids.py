@@ -6,9 +6,9 @@ sentence node, the CRF) on one sentence of 30,000 words and its inference on one
 layout (`triton_step.launch_grid`), the backward put 95,000 programs on axis y at 30,000 words and the forward
 125,010 at 100,000.
 
-The kernels do not run, and neither do the matmuls around them (`skipped_matmuls`: at 100,000 words each step's
-product alone is 1.4 TFLOP of CPU time): a launch's grid and options follow from the tensors' shapes, never their
-values. About 10 s of CPU for the module (the elementwise work of 9 steps at these lengths)."""
+The kernels do not run, and neither do the matmuls around them (`SkippedMatmuls`: at 100,000 words the 9 steps'
+products alone are 3.9 TFLOP, minutes of CPU): a launch's grid and options follow from the tensors' shapes, never
+their values. About 10 s of CPU for the module (the elementwise work of 9 steps at these lengths)."""
 
 import math
 
@@ -27,7 +27,7 @@ TRAINING_WORDS, INFERENCE_WORDS = 30_000, 100_000
 ATEN = torch.ops.aten
 
 
-class skipped_matmuls(TorchDispatchMode):  # noqa: N801 (used as a context manager, like `torch.no_grad`)
+class SkippedMatmuls(TorchDispatchMode):
     """Within the block, every matmul gives an uninitialised tensor of its result's shape and dtype instead of
     computing it (in place and `out=` ones give their output as it was), as the recorded kernels leave theirs;
     every other operator runs."""
@@ -54,7 +54,7 @@ def recorded(model, words: int, training: bool) -> list[kernel_compiles.Launch]:
     if not training:
         del inputs["labels"]
     model.train(training)
-    with kernel_compiles.gpu_tiles(), kernel_compiles.recorded_launches() as launches, skipped_matmuls():
+    with kernel_compiles.gpu_tiles(), kernel_compiles.recorded_launches() as launches, SkippedMatmuls():
         with torch.autocast("cpu", dtype=torch.bfloat16), torch.set_grad_enabled(training):
             outputs = model(**inputs)
             if training:
@@ -138,3 +138,10 @@ def test_a_batch_past_an_axis_of_sentences_fits_in_rows(batch):
         assert batch <= per_row * rows < batch + per_row
     for grid in short.forward_grid, short.backward_grid:
         assert grid[0] == batch and grid[1] <= CUDA_GRID_LIMITS[1] and grid[2] == 1
+
+
+def test_a_sentence_past_axis_xs_limit_is_refused_clearly():
+    """A sentence of 2^31 - 1 words at hidden 300 would take 2.7 billion forward programs, past axis x's limit (and
+    any GPU's memory): an error naming the limit, before any launch."""
+    with kernel_compiles.gpu_tiles(), pytest.raises(ValueError, match="at most 2,147,483,647 programs.*got 2,68"):
+        triton_step.StepKernels(1, 2**31 - 1, 300, 1, 1, True)
