@@ -62,10 +62,12 @@ def recorded(model, words: int, training: bool) -> list[kernel_compiles.Launch]:
     return launches
 
 
-@pytest.fixture(scope="module")
-def launches() -> dict[str, list[kernel_compiles.Launch]]:
-    model = paper_model("ner", "triton")
-    return {"training": recorded(model, TRAINING_WORDS, True), "inference": recorded(model, INFERENCE_WORDS, False)}
+@pytest.fixture(scope="module", params=["training", "inference"])
+def task_launches(request) -> tuple[str, list[kernel_compiles.Launch]]:
+    """`(task, its launches)`: a training step on `TRAINING_WORDS` words, inference on `INFERENCE_WORDS`."""
+    training = request.param == "training"
+    words = TRAINING_WORDS if training else INFERENCE_WORDS
+    return request.param, recorded(paper_model("ner", "triton"), words, training)
 
 
 KERNELS = {  # every kernel a task launches (the training forward decodes its predictions too)
@@ -74,9 +76,8 @@ KERNELS = {  # every kernel a task launches (the training forward decodes its pr
 }
 
 
-@pytest.mark.parametrize("task", ["training", "inference"])
-def test_every_launch_fits_cudas_grid_limits(launches, task):
-    recorded_launches = launches[task]
+def test_every_launch_fits_cudas_grid_limits(task_launches):
+    task, recorded_launches = task_launches
     assert {launch.kernel for launch in recorded_launches} == KERNELS[task]
     for launch in recorded_launches:
         grid = launch.grid + (1,) * (3 - len(launch.grid))  # (x, y, z)
@@ -94,20 +95,18 @@ def position_blocks(launch: kernel_compiles.Launch) -> int:
     return math.ceil(words / owned) * math.ceil(hidden / options["BLOCK_H"])
 
 
-@pytest.mark.parametrize("task", ["training", "inference"])
-def test_the_step_grids_still_cover_every_word(launches, task):
+def test_the_step_grids_still_cover_every_word(task_launches):
     """At least as many programs as the sentence has tiles: a grid kept within the limits drops none."""
-    steps = [launch for launch in launches[task] if launch.kernel in ("step_forward_kernel", "step_backward_kernel")]
+    steps = [launch for launch in task_launches[1] if launch.kernel in ("step_forward_kernel", "step_backward_kernel")]
     assert steps
     for launch in steps:
         assert math.prod(launch.grid) >= position_blocks(launch), (launch.kernel, launch.grid)
 
 
-@pytest.mark.parametrize("task", ["training", "inference"])
-def test_offsets_are_int64_where_a_sentences_product_passes_int32(launches, task):
+def test_offsets_are_int64_where_a_sentences_product_passes_int32(task_launches):
     """`INT64_OFFSETS` as the largest offset within a sentence asks, read from the recorded product `(1, seq, P)`:
     its last value's, `seq * P - 1`, past int32's range or not (at 100,000 words, `P = 7,200`: not)."""
-    for launch in launches[task]:
+    for launch in task_launches[1]:
         if launch.kernel in ("step_forward_kernel", "step_backward_kernel"):
             _, words, width = launch.kwargs["product_ptr"].shape
             assert launch.kwargs["INT64_OFFSETS"] == (words * width - 1 > 2**31 - 1), launch.kernel
