@@ -452,19 +452,64 @@ def _sentence_update_backward(
     return tl.sum(tl.where(in_seq, d_scores, 0.0), axis=0)
 
 
-@triton.jit(do_not_specialize=RUN_TIME_SIZES)
+STEP_RUN_TIME_SIZES = (*RUN_TIME_SIZES, "batch")
+"""The step kernels' arguments that Triton compiles no variant for: the padded length, and the batch size, which
+changes at an epoch's last batch."""
+
+
+@triton.jit
+def _program_and_sentence(LONG_SENTENCES: tl.constexpr):
+    """`(p, b)`: the program of a step kernel within its sentence, and the sentence `b` (int64).
+
+    CUDA launches up to 2^31 - 1 programs on axis 0 of a grid but 65,535 on axes 1 and 2. The sentences go on axis 0
+    and their programs on axis 1 while these fit (`LONG_SENTENCES` off: the programs of a sentence grow with its
+    length, about 10 per 8 words at hidden 300); past that, the programs on axis 0 and the sentences on axes 1 and 2,
+    axis 1 fastest (`triton_step.sentence_axes`; rows of equal length, the programs past the batch's end return at
+    once). Not always the latter: with the program on axis 0, whose range the compiler knows less narrowly, the
+    paper configuration's backward takes 177 registers a thread rather than 124 (sm_90, Triton 3.9)."""
+    if LONG_SENTENCES:
+        program = tl.program_id(0)
+        sentence = tl.program_id(2).to(tl.int64) * tl.num_programs(1) + tl.program_id(1)
+    else:
+        program = tl.program_id(1)
+        sentence = tl.program_id(0).to(tl.int64)
+    return program, sentence
+
+
+@triton.jit
+def _offset_unit(hidden, INT64_OFFSETS: tl.constexpr):
+    """`hidden` as the offsets within a sentence multiply it: int64 with `INT64_OFFSETS`, else as it comes (int32).
+
+    Every row of a sentence's tensors is a multiple of `hidden` wide, so every offset within a sentence is a
+    product with it (positions times a row's width, gate slots times `hidden`); the pointers themselves are moved to
+    the sentence's rows in int64 (`b` is). int32 offsets hold while a sentence's product, its largest tensor, has
+    fewer than 2^31 values (`seq·P`): up to 298,261 words in the paper configuration (`P = 7,200`), 43,690 at hidden
+    1024 and window 2 (`P = 49,152`). The launcher sets `INT64_OFFSETS` past that only (one more compiled variant,
+    for such lengths): int64 offsets take the paper configuration's kernels in the long sentences' layout from 109
+    registers a thread to 144 (forward) and from 177 to 190 and 231 (backward, the last step and the others; sm_90,
+    Triton 3.9)."""
+    return tl.cast(hidden, tl.int64) if INT64_OFFSETS else hidden
+
+
+@triton.jit(do_not_specialize=STEP_RUN_TIME_SIZES)
 def step_forward_kernel(
     product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr,
     new_states_ptr, new_cells_ptr, new_sentence_states_ptr, new_sentence_cells_ptr, statistics_ptr, seq, hidden,
-    WINDOW: tl.constexpr, NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
+    batch, WINDOW: tl.constexpr, NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
     GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, WORD_BLOCK_S: tl.constexpr, WORD_BLOCK_H: tl.constexpr,
-    SENTENCE_BLOCK_S: tl.constexpr, SENTENCE_BLOCK_H: tl.constexpr,
+    SENTENCE_BLOCK_S: tl.constexpr, SENTENCE_BLOCK_H: tl.constexpr, LONG_SENTENCES: tl.constexpr,
+    INT64_OFFSETS: tl.constexpr,
 ):  # fmt: skip
-    """One step, Eq. 2 and Eq. 3 side by side in one launch (both read step `t-1` values only): program `(b, p)`
-    updates a block of hidden units of sentence `b`'s nodes while `p` counts those blocks, and a block of positions
-    and hidden units of its words after them."""
-    b = tl.program_id(0).to(tl.int64)
-    program = tl.program_id(1)
+    """One step, Eq. 2 and Eq. 3 side by side in one launch (both read step `t-1` values only): program `p` of
+    sentence `b` (`_program_and_sentence`) updates a block of hidden units of the sentence's nodes while `p` counts
+    those blocks, and a block of positions and hidden units of its words after them. Offsets within a sentence as
+    `_offset_unit` says."""
+    program, b = _program_and_sentence(LONG_SENTENCES)
+    if b >= batch:  # past the batch's end, in the last row of `sentence_axes`
+        return
+    word_hidden_blocks = tl.cdiv(hidden, WORD_BLOCK_H)
+    sentence_programs = tl.cdiv(hidden, SENTENCE_BLOCK_H)
+    hidden = _offset_unit(hidden, INT64_OFFSETS)
     product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
     # Sentence b's rows of every tensor.
     product_ptr += b * seq * product_width
@@ -483,7 +528,7 @@ def step_forward_kernel(
     # while the word programs, each one block, take their turns.
     word_program = program
     if NODES > 0:
-        word_program -= tl.cdiv(hidden, SENTENCE_BLOCK_H)
+        word_program -= sentence_programs
         if word_program < 0:
             hidden_idx = program * SENTENCE_BLOCK_H + tl.arange(0, SENTENCE_BLOCK_H)
             _sentence_update_forward(
@@ -493,7 +538,6 @@ def step_forward_kernel(
                 hidden, NODES, NODES_P, SIGMOID_SCORES, SENTENCE_BLOCK_S,
             )  # fmt: skip
     if word_program >= 0:
-        word_hidden_blocks = tl.cdiv(hidden, WORD_BLOCK_H)
         positions = (word_program // word_hidden_blocks) * WORD_BLOCK_S + tl.arange(0, WORD_BLOCK_S)
         hidden_idx = (word_program % word_hidden_blocks) * WORD_BLOCK_H + tl.arange(0, WORD_BLOCK_H)
         _word_update_forward(
@@ -502,18 +546,19 @@ def step_forward_kernel(
         )  # fmt: skip
 
 
-@triton.jit(do_not_specialize=RUN_TIME_SIZES)
+@triton.jit(do_not_specialize=STEP_RUN_TIME_SIZES)
 def step_backward_kernel(
     d_states_ptr, d_output_states_ptr, d_cells_ptr, d_sentence_states_ptr, d_sentence_cells_ptr, product_ptr,
     input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr, statistics_ptr,
-    d_product_ptr, d_input_terms_ptr, partials_ptr, d_prev_cells_ptr, seq, hidden, WINDOW: tl.constexpr,
+    d_product_ptr, d_input_terms_ptr, partials_ptr, d_prev_cells_ptr, seq, hidden, batch, WINDOW: tl.constexpr,
     NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr,
     SIGMOID_SCORES: tl.constexpr, LATER_STEPS: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr,
-    TILES: tl.constexpr,
+    TILES: tl.constexpr, LONG_SENTENCES: tl.constexpr, INT64_OFFSETS: tl.constexpr,
 ):  # fmt: skip
-    """The gradients of one step in one launch, as parallel as the forward: program `(b, p)` takes a position block
-    of `TILES` tiles of `BLOCK_S - 2w` positions each (a tile's owned rows, with `w` halo rows on each side of them)
-    and `BLOCK_H` hidden units of sentence `b` while `p` counts them, position blocks outer, and runs
+    """The gradients of one step in one launch, as parallel as the forward: program `p` of sentence `b`
+    (`_program_and_sentence`; offsets within it as `_offset_unit` says) takes a position block of `TILES` tiles of
+    `BLOCK_S - 2w` positions each (a tile's owned rows, with `w` halo rows on each side of them) and `BLOCK_H`
+    hidden units of sentence `b` while `p` counts them, position blocks outer, and runs
     `_word_update_backward` and `_sentence_update_backward` on each tile: a fixed number of passes whatever the
     sentence's length. Every output element has one writer: the product's gradient (`d_product_ptr`, a tensor of its
     own, so nothing orders the reads of the product before the writes), `U x + b`'s (`d_input_terms_ptr`), the two
@@ -523,14 +568,16 @@ def step_backward_kernel(
     `(2, batch, K, H)`; what does not depend on the positions is in block 0's, zeros in the others'), which
     `step_sums_kernel` adds up in a fixed order. The previous step's launch sums the parts of the cells' gradients as
     it reads them (`d_cells_ptr`, `d_sentence_cells_ptr`; absent after the last step)."""
-    b = tl.program_id(0).to(tl.int64)
-    program = tl.program_id(1)
-    batch = tl.num_programs(0).to(tl.int64)
-    product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
-    cells_part = batch * seq * hidden  # from part 0 to part 1 of a gradient of the word cells
+    program, b = _program_and_sentence(LONG_SENTENCES)
+    if b >= batch:  # past the batch's end, in the last row of `sentence_axes`
+        return
     hidden_blocks = tl.cdiv(hidden, BLOCK_H)
     block = program // hidden_blocks
     hidden_idx = (program % hidden_blocks) * BLOCK_H + tl.arange(0, BLOCK_H)
+    hidden = _offset_unit(hidden, INT64_OFFSETS)
+    batch = tl.cast(batch, tl.int64)
+    product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
+    cells_part = batch * seq * hidden  # from part 0 to part 1 of a gradient of the word cells
     # Sentence b's rows of every tensor.
     d_states_ptr += b * seq * hidden
     if d_output_states_ptr is not None:
@@ -622,8 +669,9 @@ def step_sums_kernel(
     in_size = columns < size
     total = tl.zeros([BLOCK], dtype=tl.float32)
     block = 0
-    while block < blocks:
-        total += tl.load(partials_ptr + block * size + columns, mask=in_size, other=0.0)
+    while block < blocks:  # a block's row after the previous one's (no int32 product `block * size`)
+        total += tl.load(partials_ptr + columns, mask=in_size, other=0.0)
+        partials_ptr += size
         block += 1
     is_term = columns < terms_size
     tl.store(d_sentence_terms_ptr + columns, total.to(d_sentence_terms_ptr.dtype.element_ty), mask=is_term)

@@ -79,8 +79,47 @@ def contiguous(*tensors: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]
     return tuple(None if tensor is None else tensor.contiguous() for tensor in tensors)
 
 
+def product_width(hidden: int, nodes: int, window_size: int) -> int:
+    """Columns `P` of the product `h̃^{t-1} W_h^T` (`words_weight`'s rows): `2w + 1` window blocks of the `2w + K + 4`
+    gate blocks a word's context feeds, then `U_f h`, `U_g h`, `U_o h` (`K` blocks each), each `hidden` wide."""
+    return ((2 * window_size + 1) * (2 * window_size + nodes + 4) + 3 * nodes) * hidden
+
+
 SUMS_BLOCK = 256
 """Columns per program of `step_sums_kernel`."""
+
+MAX_GRID = (2**31 - 1, 65_535, 65_535)
+"""The most programs CUDA launches on each axis of a grid (x, y, z); Triton's interpreter does not check them."""
+INT32_OFFSETS_LIMIT = 2**31
+"""Values of a sentence's product from which the step kernels compute offsets in int64 (`_offset_unit`)."""
+
+
+def is_long(programs: int) -> bool:
+    """Whether a sentence of a step kernel's launch takes more programs than grid axis 1 holds: then they go on
+    axis 0 and the sentences on axes 1 and 2 (`LONG_SENTENCES`, `triton_kernels._program_and_sentence`)."""
+    return programs > MAX_GRID[1]
+
+
+def sentence_axes(batch: int) -> tuple[int, int]:
+    """Grid axes 1 and 2 for `batch` sentences of a long sentences' launch, each within `MAX_GRID`:
+    `(sentences per row, rows)`, as few rows of equal length as hold the batch (one up to 65,535 sentences). The
+    programs past the batch's end, fewer than a row, return at once."""
+    rows = max(1, -(-batch // MAX_GRID[1]))
+    return -(-batch // rows), rows
+
+
+def launch_grid(programs: int, batch: int) -> tuple[int, int, int]:
+    """The grid of a step kernel's launch on `batch` sentences of `programs` programs each: the sentences on axis 0
+    and their programs on axis 1, or for long sentences (`is_long`) the programs on axis 0 and the sentences on axes
+    1 and 2 (`sentence_axes`). Any batch and any length fits `MAX_GRID` either way.
+
+    Raises:
+        `ValueError`: If `programs` is past CUDA's limit on axis 0 (a sentence of about 2^31 / 10 words at hidden
+        300, more than a GPU's memory holds).
+    """
+    if programs > MAX_GRID[0]:
+        raise ValueError(f"a sentence takes at most {MAX_GRID[0]:,} programs of a step kernel, got {programs:,}")
+    return (programs, *sentence_axes(batch)) if is_long(programs) else (batch, programs, 1)
 
 
 class StepKernels:
@@ -111,6 +150,7 @@ class StepKernels:
             "CONTEXT_BLOCKS": 2 * window_size + nodes + 4,  # the normalised gates, o and u: the slots of a tile
             "GATES": gates,
             "SIGMOID_SCORES": sigmoid_scores,
+            "INT64_OFFSETS": seq * product_width(hidden, nodes, window_size) >= INT32_OFFSETS_LIMIT,
             "num_warps": word_tiles["num_warps"],
         }
         self.forward_options = {
@@ -130,9 +170,13 @@ class StepKernels:
         }
         word_hidden_blocks = -(-hidden // word_tiles["BLOCK_H"])
         sentence_programs = -(-hidden // sentence_tiles["BLOCK_H"]) if nodes else 0
-        self.forward_grid = (batch, sentence_programs + -(-seq // word_tiles["BLOCK_S"]) * word_hidden_blocks)
+        self.forward_programs = sentence_programs + -(-seq // word_tiles["BLOCK_S"]) * word_hidden_blocks
+        self.forward_grid = launch_grid(self.forward_programs, batch)
+        self.forward_options["LONG_SENTENCES"] = is_long(self.forward_programs)
         self.position_blocks = -(-seq // ((backward_block_s - 2 * window_size) * tiles))
-        self.backward_grid = (batch, self.position_blocks * -(-hidden // backward_tiles["BLOCK_H"]))
+        self.backward_programs = self.position_blocks * -(-hidden // backward_tiles["BLOCK_H"])
+        self.backward_grid = launch_grid(self.backward_programs, batch)
+        self.backward_options["LONG_SENTENCES"] = is_long(self.backward_programs)
         # The partial sums per position block, with sentence nodes: the sentence terms' gradient (batch, W), then
         # the two parts of c_g^{t-1}'s (2, batch, K, H).
         sentence_width = (shared["CONTEXT_BLOCKS"] + 3 * nodes) * hidden  # W, the sentence terms'
@@ -162,7 +206,7 @@ class StepKernels:
                 sentence_terms_ptr=sentence_terms, sentence_cells_ptr=sentence_cells, statistics_ptr=statistics,
                 new_sentence_states_ptr=new_sentence_states, new_sentence_cells_ptr=new_sentence_cells,
             ),
-            **self.forward_options,
+            batch=cells.shape[0], **self.forward_options,
         )  # fmt: skip
         return outputs
 
@@ -186,8 +230,7 @@ class StepKernels:
                 sentence_terms_ptr=sentence_terms, sentence_cells_ptr=sentence_cells, statistics_ptr=statistics,
                 partials_ptr=partials,
             ),
-            LATER_STEPS=later_steps,
-            **self.backward_options,
+            batch=cells.shape[0], LATER_STEPS=later_steps, **self.backward_options,
         )  # fmt: skip
         if self.nodes:
             step_sums_kernel[self.sums_grid](
@@ -378,18 +421,44 @@ def step_launchers(cells, sentence_cells, options: RecurrenceOptions):
 
 KEPT_PRODUCTS_BYTES = 128 * 2**20
 """The most memory that the fused recurrence keeps every step's product `P = h̃^{t-1} W_h^T` in, from the forward to
-the backward. Short batches, where a step's matmuls are launch-bound, fit: the backward then reads `P` instead of
-recomputing it, and takes the gradient of `W_h` in one matmul over all steps (two operators fewer per step). Longer
-ones recompute `P` step by step and sum the gradient of `W_h` step by step, holding one `P` at a time (the paper
-configuration in float32 keeps `P` up to about 500 words per batch: 10 sentences of 50 words, or 32 of 16)."""
+the backward, off a GPU (on one: `KEPT_PRODUCTS_FREE_FRACTION`). Short batches, where a step's matmuls are
+launch-bound, fit: the backward then reads `P` instead of recomputing it, and takes the gradient of `W_h` in one
+matmul over all steps (two operators fewer per step). Longer ones recompute `P` step by step and sum the gradient of
+`W_h` step by step, holding one `P` at a time (the paper configuration in float32 keeps `P` up to about 500 words per
+batch: 10 sentences of 50 words, or 32 of 16)."""
+KEPT_PRODUCTS_FREE_FRACTION = 0.25
+"""On a CUDA device, the kept products take at most this fraction of the memory the device had free at the process's
+first fused forward on it (`kept_products_limit`). The paper NER configuration's products at 32 sentences of 512
+words in bf16 take 2.1 GB (9 steps of `(16,384, 7,200)`), kept on a GPU with more than 8.5 GB free (an H200 has
+about 140 GB); the rest of a step (its inputs kept for the backward, `dP`, the optimizer's state) keeps the other
+three quarters."""
+
+
+@torch.compiler.assume_constant_result  # `torch.compile` reads it once, as a constant (it is one)
+@functools.cache
+def free_device_memory(device: torch.device) -> int:
+    """Bytes free on the CUDA `device` at the first call for it: free on the device, plus what PyTorch's caching
+    allocator holds unused (free for PyTorch's tensors, not the device's). One query a process and device, so that the
+    kept products' limit stays the same at every step (a later query would count the memory the step before kept)."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+def kept_products_limit(device: torch.device) -> int:
+    """The most bytes of products the fused recurrence keeps on `device`: `KEPT_PRODUCTS_FREE_FRACTION` of the memory
+    a CUDA device had free at the first query (`free_device_memory`), `KEPT_PRODUCTS_BYTES` on any other device."""
+    if device.type != "cuda":
+        return KEPT_PRODUCTS_BYTES
+    return int(KEPT_PRODUCTS_FREE_FRACTION * free_device_memory(device))
 
 
 def kept_products(num_steps: int, states: torch.Tensor, words_weight: torch.Tensor) -> torch.Tensor | None:
     """Room `(T, batch * seq, R)` for the product of every step with `words_weight` `(R, H)`, where it takes at
-    most `KEPT_PRODUCTS_BYTES`, else `None` (the backward recomputes them). Decided by the shapes alone."""
+    most `kept_products_limit` on the states' device, else `None` (the backward recomputes them). Decided by the
+    shapes and that limit alone."""
     batch, seq, _ = states.shape
     shape = (num_steps, batch * seq, words_weight.shape[0])
-    if shape[0] * shape[1] * shape[2] * words_weight.element_size() > KEPT_PRODUCTS_BYTES:
+    if shape[0] * shape[1] * shape[2] * words_weight.element_size() > kept_products_limit(states.device):
         return None
     return words_weight.new_empty(shape)
 
@@ -416,7 +485,7 @@ class FusedRecurrence(torch.autograd.Function):
     `words_weight`: the kernel reads `W ξ_i` as the sum of the window blocks of `P` at the neighbours' rows, `U_f h_j`
     from its block, and `U h̄` as the mean of the `U_g h_j`, `U_o h_j` blocks) and `γ̃^{t-1} W_G^T + b_G` (every weight
     on the sentence states, `sentences_weight`). Each step's inputs are saved (`StepInputs`, what gradient
-    checkpointing of every step would keep), and on short batches every step's `P` too (`KEPT_PRODUCTS_BYTES`). The
+    checkpointing of every step would keep), and on short batches every step's `P` too (`kept_products_limit`). The
     backward launches the backward kernels, which write `dP` into a tensor apart from `P` (`d_product_room`), then two
     matmuls for the gradients of `h^{t-1}` and `γ^{t-1}`. With the products kept, each step's `dP` takes the kept
     product of the step after it, which that step's backward has read for the last time (the last step's, a tensor

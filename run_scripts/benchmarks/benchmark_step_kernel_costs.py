@@ -54,12 +54,12 @@ def launch_costs(batch: int, seq: int, arguments: StepCostArguments) -> list[dic
     backward_bytes = inputs + sentence_inputs + words * (4 * hidden * state + product_width * matmul)
     backward_bytes += words * (2 * context * hidden * 4 + 2 * hidden * state) + partials
     owned = kernels.backward_options["BLOCK_S"] - 2 * window
-    forward_programs = batch * kernels.forward_grid[1]
+    forward_programs = batch * kernels.forward_programs
     sentence_passes = ceil_div(seq, kernels.forward_options["SENTENCE_BLOCK_S"]) if nodes else 0
     rows = [
         {"launch": "step_forward_kernel", "programs": forward_programs, "passes": max(1, sentence_passes),
          "bytes": forward_bytes, "product_loads": 1.0, "held": 0},
-        {"launch": "step_backward_kernel", "programs": batch * kernels.backward_grid[1],
+        {"launch": "step_backward_kernel", "programs": batch * kernels.backward_programs,
          "passes": kernels.backward_options["TILES"], "bytes": backward_bytes,
          "product_loads": kernels.backward_options["BLOCK_S"] / owned,
          "held": words * product_width * matmul + partials},

@@ -5,13 +5,15 @@ with the one compile of every such check (`run_scripts/benchmarks/support/kernel
 
 - `step` (by `test_fused_step.py::test_kernels_compile_for_a_gpu`): the fused step's kernels (every one of
   `triton_kernels.STEP_KERNELS`) with the options and tiles `triton_step.StepKernels` gives them on a GPU, bf16
-  tensors with a float32 mask, saved statistics and partial sums;
+  tensors with a float32 mask, saved statistics and partial sums; with `INT64_OFFSETS`, every product of offsets
+  in their Triton IR must be int64;
 - `crf` (by `test_crf_kernels.py::test_kernels_compile_for_a_gpu`): the CRF's kernels, bf16 emissions.
 
     python tests/model/compile_kernels_for_a_gpu.py [step] [crf]
 """
 
 import inspect
+import re
 import sys
 
 import triton
@@ -20,7 +22,7 @@ from modeling_slstm import triton_crf, triton_kernels, triton_step
 from run_scripts.benchmarks.support.kernel_compiles import compile_for_sm_90
 
 FLOAT32_POINTERS = ("mask_ptr", "lengths_ptr", "statistics_ptr", "d_input_terms_ptr", "partials_ptr")
-INTEGERS = ("seq", "hidden", "blocks", "terms_size", "size")
+INTEGERS = ("seq", "hidden", "batch", "blocks", "terms_size", "size")
 ABSENT_WITHOUT_NODES = (
     "sentence_terms_ptr", "sentence_cells_ptr", "new_sentence_states_ptr", "new_sentence_cells_ptr", "statistics_ptr",
     "d_sentence_states_ptr", "d_sentence_cells_ptr", "partials_ptr",
@@ -36,7 +38,13 @@ def compile_for_hopper(kernel, num_warps=4, **constants):
         else "*fp32" if name in FLOAT32_POINTERS else "*bf16"
         for name in names
     }  # fmt: skip
-    compile_for_sm_90(kernel, signature, constants, options={"num_warps": num_warps})
+    return compile_for_sm_90(kernel, signature, constants, options={"num_warps": num_warps})
+
+
+def tensor_product_types(compiled) -> set[str]:
+    """The integer types of the tensor products in the compiled kernel's Triton IR (`arith.muli` of tensors): the
+    offsets' products, positions times a row's width and gate slots times `hidden` (what overflows in int32)."""
+    return set(re.findall(r"arith\.muli [^:]*: tensor<[^>]*x(i\d+)>", compiled.asm["ttir"]))
 
 
 def step(window, nodes, sigmoid, last_step=False, hidden=300):
@@ -50,9 +58,14 @@ def step(window, nodes, sigmoid, last_step=False, hidden=300):
 
 
 def compile_the_step_kernels():
-    compile_for_hopper(triton_kernels.step_forward_kernel, **step(1, 1, True))
+    # The paper configuration's kernels, and for sentences whose product passes 2^31 values (`INT64_OFFSETS`): every
+    # product of offsets is then int64, where int32 otherwise.
+    for kernel in triton_kernels.step_forward_kernel, triton_kernels.step_backward_kernel:
+        for int64 in False, True:
+            compiled = compile_for_hopper(kernel, **{**step(1, 1, True), "INT64_OFFSETS": int64})
+            products = tensor_product_types(compiled)
+            assert products == ({"i64"} if int64 else {"i32"}), (kernel.fn.__name__, int64, products)
     compile_for_hopper(triton_kernels.step_forward_kernel, **step(2, 0, False, hidden=40))
-    compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 1, True))
     compile_for_hopper(triton_kernels.step_backward_kernel, **step(2, 2, True, hidden=40))
     compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 1, False, last_step=True))
     compile_for_hopper(triton_kernels.step_backward_kernel, **step(1, 0, True, last_step=True))

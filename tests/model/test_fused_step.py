@@ -166,7 +166,7 @@ def test_fused_step_under_bf16_autocast_and_hidden_dropout(device):
 @pytest.mark.parametrize("case", ["w1 K1 learned sigmoid_softmax"])  # the kept path: every other fused test's
 def test_products_kept_or_recomputed_give_the_readable_gradients(case, device, monkeypatch):
     """The backward reads each step's product kept from the forward (short batches) or recomputes it
-    (`KEPT_PRODUCTS_BYTES` exceeded), with the gradient of the word weights taken over all steps at once or summed
+    (`kept_products_limit` exceeded), with the gradient of the word weights taken over all steps at once or summed
     step by step: both match the readable step, with hidden dropout on the matmuls' inputs."""
     model = build(SLSTMModel, tiny_config(num_steps=3, hidden_dropout=0.3, **CASES[case])).to(device).train()
     embeds, mask = padded_batch(model.config, device, torch.float32, side="left")
@@ -175,7 +175,7 @@ def test_products_kept_or_recomputed_give_the_readable_gradients(case, device, m
     states = embeds.new_empty(*mask.shape, model.config.hidden_size)
     assert triton_step.kept_products(3, states, weights) is not None  # this batch is short
     kept = outputs_and_gradients(model, embeds, mask, "triton")
-    monkeypatch.setattr(triton_step, "KEPT_PRODUCTS_BYTES", 0)
+    monkeypatch.setattr(triton_step, "kept_products_limit", lambda device: 0)
     assert triton_step.kept_products(3, states, weights) is None
     recomputed = outputs_and_gradients(model, embeds, mask, "triton")
     assert_close_to_readable(kept, readable, torch.float32)
@@ -413,6 +413,41 @@ def head_gradients(model, ids, mask, labels) -> dict[str, torch.Tensor]:
     model.zero_grad()
     model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
     return {f"grad {name}": p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@needs_triton
+@pytest.mark.parametrize("offsets", ["int32", "int64"])
+def test_long_sentences_layout_matches_the_readable_steps_and_repeats_bitwise(offsets, monkeypatch):
+    """The launches of sentences too long for grid axis y (`triton_step.launch_grid`), forced at 13 words by a limit
+    of 2 programs on axes y and z: each sentence's programs on axis x (3 of them, in small tiles of 8 positions), the
+    3 sentences on axes y and z in 2 rows of 2 (one program past the batch's end); with int32 offsets within a
+    sentence and, from a limit of 0 values, int64 ones (`INT64_OFFSETS`). Gradients as the readable step's, the
+    same bits at a second run."""
+    if not KERNELS_INTERPRETED:
+        pytest.skip("the grid limits are CUDA's own on a GPU: test_launch_grids.py checks every launch against them")
+    monkeypatch.setattr(triton_step, "MAX_GRID", (2**31 - 1, 2, 2))
+    if offsets == "int64":
+        monkeypatch.setattr(triton_step, "INT32_OFFSETS_LIMIT", 0)
+    config = tiny_config(hidden_size=8, num_steps=2, initial_state="input")  # window 1, one sentence node
+    model = build(SLSTMForTokenClassification, config)
+    ids, mask = pad(random_ids(HEAD_LENGTHS), "right")
+    labels = torch.randint(0, 2, ids.shape, generator=torch.Generator().manual_seed(5)).masked_fill(~mask, -100)
+    expected = head_gradients(model, ids, mask, labels)
+    model.config.step_implementation = "triton"
+    triton_step.step_kernels.cache_clear()  # none made under the real limits
+    try:
+        with kernel_tiles(**SMALL_GPU_TILES):
+            kernels = triton_step.StepKernels(len(HEAD_LENGTHS), max(HEAD_LENGTHS), 8, 1, 1, True)
+            assert kernels.forward_grid == (3, 2, 2) and kernels.backward_grid == (3, 2, 2)
+            options = kernels.backward_options
+            assert options["LONG_SENTENCES"] and options["INT64_OFFSETS"] == (offsets == "int64")
+            first = head_gradients(model, ids, mask, labels)
+            second = head_gradients(model, ids, mask, labels)
+    finally:
+        triton_step.step_kernels.cache_clear()  # none kept for the real limits
+    assert_fused_matches_readable(first, expected)
+    for name, gradient in first.items():
+        assert torch.equal(second[name], gradient), name
 
 
 @needs_triton

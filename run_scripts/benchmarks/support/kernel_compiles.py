@@ -6,8 +6,8 @@ not in the kernel's `do_not_specialize` whether it is 1, a multiple of 16, or ne
 (`num_warps`). A launch whose key is new pays a compile (seconds of host time) before it runs.
 
 `recorded_launches` records the launches a block of code makes, with the kernels replaced by recorders that run
-nothing (their outputs stay uninitialised: only which launches happen, with which arguments, is kept), so that a
-model's training step can be recorded on a CPU for any batch shape. `specialisation_key` computes the key Triton
+nothing (their outputs stay uninitialised: only which launches happen, with which arguments and grids, is kept), so
+that a model's training step can be recorded on a CPU for any batch shape. `specialisation_key` computes the key Triton
 computes on an NVIDIA GPU for a recorded launch, with Triton's own binder for an sm_90 target (no GPU needed);
 `gpu_compiles` compiles the launches of distinct keys for sm_90 in a fresh process (Triton's compiler and `ptxas`,
 no GPU; a process of its own, since this one may run the kernels in Triton's interpreter): the seconds each takes
@@ -62,11 +62,13 @@ SM_90 = ("cuda", 90, 32)  # backend, compute capability, warp size: an H100's or
 
 @dataclass
 class Launch:
-    """One recorded kernel launch: the kernel's name, its positional and keyword arguments."""
+    """One recorded kernel launch: the kernel's name, its positional and keyword arguments, and its grid (the
+    programs on each axis, as the launcher gave them)."""
 
     kernel: str
     args: tuple
     kwargs: dict
+    grid: tuple
 
 
 class _Recorder:
@@ -76,7 +78,7 @@ class _Recorder:
         self.name, self.launches = name, launches
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.launches.append(Launch(self.name, args, kwargs))
+        return lambda *args, **kwargs: self.launches.append(Launch(self.name, args, kwargs, tuple(grid)))
 
 
 @contextlib.contextmanager
