@@ -55,6 +55,7 @@ class StepTimeArguments:
     statistics: Path | None = field(default=None, metadata={"help": "read the model's inputs from this JSON file"})
     save_statistics: Path | None = field(default=None, metadata={"help": "write the model's inputs to this file"})
     fit: bool = field(default=False, metadata={"help": "fit the global-load latency to the H200 measurements"})
+    terms: bool = field(default=False, metadata={"help": "also print the step as each of the model's terms gives it"})
     global_load_cycles: float = field(default=step_time_model.GLOBAL_LOAD_CYCLES)
 
     def __post_init__(self):
@@ -103,6 +104,29 @@ def prediction_table(statistics: dict, shapes: list[str], global_load_cycles: fl
     return markdown_table(header, body)
 
 
+UNLOADED_GLOBAL_LOAD_CYCLES = 560
+"""A global load from HBM on an idle Hopper, as microbenchmarks give it (about 470-550 cycles)."""
+
+
+def terms_table(statistics: dict, shapes: list[str], global_load_cycles: float) -> list[str]:
+    """Markdown rows: per shape, the step's ms as the model's terms add up: the matmuls and other operators alone;
+    with the kernels at their issue time (or memory time, the longer); at their chains without the waits on global
+    loads, with those waits at an idle GPU's latency, and at `global_load_cycles`."""
+    header = ["batch×length", "matmuls + other operators", "+ kernels at issue (or memory) time",
+              "+ kernels at chain, no global-load wait", f"… global loads {UNLOADED_GLOBAL_LOAD_CYCLES} cycles",
+              f"… global loads {global_load_cycles:.0f} cycles (the model)"]  # fmt: skip
+    body = []
+    for shape in shapes:
+        full = step_time_model.step_prediction(statistics, shape, global_load_cycles)
+        operators = full["matmul_s"] + full["operator_s"]
+        issue = operators + sum(max(row["issue_s"], row["memory_s"], row["launches"] * step_time_model.KERNEL_FLOOR_S)
+                                for row in full["kernels"].values())  # fmt: skip
+        chains = [step_time_model.step_prediction(statistics, shape, cycles)["seconds"]
+                  for cycles in (0, UNLOADED_GLOBAL_LOAD_CYCLES)]  # fmt: skip
+        body.append([shape, _ms(operators), _ms(issue), _ms(chains[0]), _ms(chains[1]), _ms(full["seconds"])])
+    return markdown_table(header, body)
+
+
 def main(argv=None) -> dict:
     args = parse_arguments(StepTimeArguments, argv, description=__doc__)
     arguments = sys.argv[1:] if argv is None else list(argv)
@@ -111,7 +135,7 @@ def main(argv=None) -> dict:
     elif args.kernels_from:
         forwarded, skip = [], False
         for argument in arguments:  # the same arguments less the commit, the fit and the file to write
-            if skip or argument in ("--fit",):
+            if skip or argument in ("--fit", "--terms"):
                 skip = False
                 continue
             if argument in ("--kernels_from", "--save_statistics"):
@@ -130,6 +154,8 @@ def main(argv=None) -> dict:
     print(f"Kernels of {statistics['kernels_from']}, Triton {statistics['triton']}, sm_90; H200 model, global load "
           f"{cycles:.0f} cycles{' (fitted)' if args.fit else ''}")  # fmt: skip
     print("\n".join(prediction_table(statistics, shapes, cycles)))
+    if args.terms:
+        print("\n".join(terms_table(statistics, shapes, cycles)))
     if args.fit:
         for (batch, length), ms in step_time_model.MEASURED.items():
             predicted = step_time_model.step_prediction(statistics, f"{batch}x{length}", cycles)["seconds"] * 1e3
