@@ -56,6 +56,7 @@ class StepTimeArguments:
     save_statistics: Path | None = field(default=None, metadata={"help": "write the model's inputs to this file"})
     fit: bool = field(default=False, metadata={"help": "fit the global-load latency to the H200 measurements"})
     terms: bool = field(default=False, metadata={"help": "also print the step as each of the model's terms gives it"})
+    programs: bool = field(default=False, metadata={"help": "also print each kind of program's warp, per shape"})
     global_load_cycles: float = field(default=step_time_model.GLOBAL_LOAD_CYCLES)
 
     def __post_init__(self):
@@ -127,6 +128,30 @@ def terms_table(statistics: dict, shapes: list[str], global_load_cycles: float) 
     return markdown_table(header, body)
 
 
+def program_table(statistics: dict, shapes: list[str], global_load_cycles: float) -> list[str]:
+    """Markdown rows: per shape and distinct launch (kernel variant and arguments), each kind of program: how many,
+    and one warp's instructions issued, global loads, shuffles, barriers, chain and issue cycles."""
+    header = ["batch×length", "kernel", "programs", "instructions / warp", "global loads", "shuffles", "barriers",
+              "chain cycles", "issue cycles"]  # fmt: skip
+    body = []
+    for shape in shapes:
+        seen = set()
+        for launch in statistics["steps"][shape]["launches"]:
+            key = (launch["variant"], str(launch["arguments"]), str(launch["grid"]))
+            if key in seen:
+                continue
+            seen.add(key)
+            variant = statistics["variants"][launch["variant"]]
+            for path, count in step_time_model.launch_kinds(launch, variant):
+                cost = step_time_model.warp_cycles(step_time_model.decode_instructions(variant["instructions"]),
+                                                   path["steps"], step_time_model._trips(launch), global_load_cycles)
+                counts = cost.counts
+                body.append([shape, f"`{launch['kernel']}`", f"{count:,}", f"{cost.issued:,}", f"{counts['G']:,}",
+                             f"{counts['W']:,}", f"{counts['B']:,}", f"{cost.chain_cycles:,.0f}",
+                             f"{cost.issue_cycles:,.0f}"])  # fmt: skip
+    return markdown_table(header, body)
+
+
 def main(argv=None) -> dict:
     args = parse_arguments(StepTimeArguments, argv, description=__doc__)
     arguments = sys.argv[1:] if argv is None else list(argv)
@@ -135,7 +160,7 @@ def main(argv=None) -> dict:
     elif args.kernels_from:
         forwarded, skip = [], False
         for argument in arguments:  # the same arguments less the commit, the fit and the file to write
-            if skip or argument in ("--fit", "--terms"):
+            if skip or argument in ("--fit", "--terms", "--programs"):
                 skip = False
                 continue
             if argument in ("--kernels_from", "--save_statistics"):
@@ -156,6 +181,8 @@ def main(argv=None) -> dict:
     print("\n".join(prediction_table(statistics, shapes, cycles)))
     if args.terms:
         print("\n".join(terms_table(statistics, shapes, cycles)))
+    if args.programs:
+        print("\n".join(program_table(statistics, shapes, cycles)))
     if args.fit:
         for (batch, length), ms in step_time_model.MEASURED.items():
             predicted = step_time_model.step_prediction(statistics, f"{batch}x{length}", cycles)["seconds"] * 1e3

@@ -135,3 +135,11 @@ def test_a_loop_run_at_once_once_periodic_takes_what_every_trip_run_takes(calibr
     plain = step_time_model.warp_cycles(instructions, list(every_trip(path["steps"])), trips_of)
     assert fast.issued == plain.issued > 200_000
     assert fast.chain_cycles == pytest.approx(plain.chain_cycles, rel=1e-9)
+
+
+def test_programs_take_the_first_slot_to_come_free_in_grid_order():
+    # By hand: 3 programs of 10 cycles on 2 slots end at 20; a long program first beside 10 short ones on the other
+    # slot ends with them at 100; the long one last waits for the short ones' slots (50 each) and ends at 150.
+    assert step_time_model.makespan([(10, 3)], 2) == 20
+    assert step_time_model.makespan([(100, 1), (10, 10)], 2) == 100
+    assert step_time_model.makespan([(10, 10), (100, 1)], 2) == 150

@@ -26,8 +26,8 @@ What it assumes (each a constant below; only `GLOBAL_LOAD_CYCLES` is fitted):
 - **occupancy** (`programs_per_sm`): the programs an SM holds at once, from the registers (`ptxas -v`), the shared
   memory and the warp limit; a wave of them takes `max(chain, issue time of the warps sharing a scheduler)`: their
   latency hides behind each other's issue, and no better;
-- **waves**: a kind's programs fill `132 x programs per SM` slots at a time, `ceil(programs / slots)` waves, one kind
-  after the other in grid order;
+- **waves** (`makespan`): `132 x programs per SM` programs run at once; each program starts, in grid order, in the
+  first slot to come free, and takes its kind's wave time;
 - **memory** (`launch_time`): a launch moves each of its tensor arguments once (`launch_record`), at
   `HBM_BYTES_PER_S`; a launch takes the longer of its compute and its memory, and at least `KERNEL_FLOOR_S`;
 - **matmuls and other operators** (`operator_time`): a matmul at the bf16 GEMM rate the H200 run measured
@@ -41,6 +41,7 @@ H200.
 import ast
 import base64
 import functools
+import heapq
 import inspect
 import json
 import math
@@ -65,7 +66,7 @@ GEMM_FLOPS_PER_S = 337.5e12
 """bf16 matmul rate: the 2048³ GEMM the H200 run timed (`speed_cuda_h200.md`, 34% of the 989 TFLOP/s peak)."""
 KERNEL_FLOOR_S = 2e-6
 """The least time a launch takes in a replayed CUDA graph (a small kernel's launch, ramp and drain)."""
-GLOBAL_LOAD_CYCLES = 1863
+GLOBAL_LOAD_CYCLES = 1967
 """Cycles from a global load's issue to its result, the model's one fitted constant (`fit_global_load_cycles` on the
 kernels of `REFERENCE_COMMIT`, Triton 3.6). Microbenchmarks of Hopper give about 260 for an L2 hit and 470-550 from
 HBM, unloaded: the fit stands for what the model does not see as well (docs/benchmarks.md: instruction fetch of long
@@ -543,23 +544,35 @@ def programs_per_sm(variant: dict) -> int:
 
 
 def launch_kinds(launch: dict, variant: dict) -> list[tuple[dict, int]]:
-    """Each path of the launch's kernel with the programs that take it, in grid order as the kernel assigns them (a
-    path marked by a `KIND_PROGRAMS` function takes that many, the unmarked path the rest; of several unmarked paths
-    the longest, i.e. the one with the most instructions)."""
+    """Each path of the launch's kernel with the programs that take it, in grid order: a path marked by a
+    `KIND_PROGRAMS` function takes that many, the unmarked path the rest (of several unmarked paths the longest, the
+    one with the most instructions). The fork's fall-through path (an `if` body) is taken to come first in the grid,
+    as the kernels' `if program < ...:` puts it."""
     total = math.prod(launch["grid"])
-    marked, unmarked = [], []
+    forked = len(variant["paths"]) > 1
+    kinds, unmarked = [], []
     for path in variant["paths"]:
-        forked = len(variant["paths"]) > 1
         markers = [function for function in path["functions"] if function in KIND_PROGRAMS and forked]
         if markers:
-            marked.append((path, KIND_PROGRAMS[markers[0]](launch["arguments"], launch["grid"])))
+            kinds.append([path, KIND_PROGRAMS[markers[0]](launch["arguments"], launch["grid"])])
         else:
             unmarked.append(path)
-    rest = total - sum(programs for _, programs in marked)
+            kinds.append([path, None])
     if unmarked:
         longest = max(unmarked, key=lambda path: sum(1 for _ in _indices(path["steps"])))
-        marked.append((longest, rest))
-    return [(path, programs) for path, programs in marked if programs > 0]
+        rest = total - sum(programs for _, programs in kinds if programs is not None)
+        kinds = [[path, rest if path is longest else programs] for path, programs in kinds]
+    return [(path, programs) for path, programs in kinds if programs]
+
+
+def makespan(durations: list[tuple[float, int]], slots: int) -> float:
+    """When the last of a launch's programs ends, `durations` giving `(cycles, programs)` of its kinds in grid order
+    and `slots` programs running at once: each program starts in the first slot to come free, in grid order."""
+    free = [0.0] * slots
+    for cycles, count in durations:
+        for _ in range(count):
+            heapq.heapreplace(free, free[0] + cycles)
+    return max(free)
 
 
 def _trips(launch: dict):
@@ -587,27 +600,32 @@ def _path_cost(instructions: str, steps: str, trips: tuple, global_load_cycles: 
 
 
 def launch_time(launch: dict, variant: dict, global_load_cycles: float = GLOBAL_LOAD_CYCLES) -> dict:
-    """The predicted seconds of one launch and what makes them: programs, waves, programs per SM, and per launch the
-    issue, chain and memory seconds (issue and chain summed over the kinds' waves)."""
+    """The predicted seconds of one launch and what makes them: programs, waves, programs per SM, and the seconds
+    of the launch were every program to take its issue time, its chain, or the memory its launch moves (each
+    alone); the prediction takes per program the longer of issue and chain, and the memory's if longer."""
     resident = programs_per_sm(variant)
+    slots = H200_SMS * resident
     warps_per_scheduler = resident * variant["num_warps"] / SCHEDULERS_PER_SM
-    issue = chain = compute = 0.0
-    programs = waves = 0
+    issue, chain, both = [], [], []
     trips_of = _trips(launch)
     for path, count in launch_kinds(launch, variant):
         trips = tuple((function, trips_of(function)) for function in sorted(_loop_functions(path["steps"])))
         cost = _path_cost(variant["instructions"], json.dumps(path["steps"]), trips, global_load_cycles)
-        kind_waves = ceil_div(count, H200_SMS * resident)
-        issue += kind_waves * cost.issue_cycles * warps_per_scheduler / H200_CLOCK_HZ
-        chain += kind_waves * cost.chain_cycles / H200_CLOCK_HZ
-        compute += kind_waves * max(cost.chain_cycles, cost.issue_cycles * warps_per_scheduler) / H200_CLOCK_HZ
-        programs += count
-        waves += kind_waves
+        issue.append((cost.issue_cycles * warps_per_scheduler, count))
+        chain.append((cost.chain_cycles, count))
+        both.append((max(cost.chain_cycles, cost.issue_cycles * warps_per_scheduler), count))
+    programs = sum(count for _, count in both)
+    issue_s, chain_s, compute = (_makespan(tuple(kinds), slots) / H200_CLOCK_HZ for kinds in (issue, chain, both))
     memory = launch["bytes"] / HBM_BYTES_PER_S
     seconds = max(compute, memory, KERNEL_FLOOR_S)
-    return {"kernel": launch["kernel"], "programs": programs, "waves": waves, "registers": variant["registers"],
-            "programs_per_sm": resident, "issue_s": issue, "chain_s": chain, "memory_s": memory,
-            "seconds": seconds}  # fmt: skip
+    return {"kernel": launch["kernel"], "programs": programs, "waves": ceil_div(programs, slots),
+            "registers": variant["registers"], "programs_per_sm": resident, "issue_s": issue_s, "chain_s": chain_s,
+            "memory_s": memory, "seconds": seconds}  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _makespan(durations: tuple, slots: int) -> float:
+    return makespan(list(durations), slots)
 
 
 def operator_time(step: dict) -> dict:
