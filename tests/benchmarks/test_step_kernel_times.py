@@ -89,11 +89,11 @@ def test_a_warp_waits_its_stalls_and_its_loads():
         ("O", 1, 7, 7, 2),  # FADD: waits on scoreboard 1
     ]
     latency = 500
-    cost = step_time_model.warp_cycles(instructions, [[0, 4]], lambda function: 1, latency)
+    cost = step_time_model.warp_cycles(instructions, [[0, 4]], lambda loop: 1, latency)
     assert cost.issued == 5
     assert cost.chain_cycles == latency + 2 + step_time_model.SHORT_LATENCY_CYCLES + 1
     assert cost.issue_cycles == step_time_model.SLOW_PIPE_CYCLES  # the special-function pipe is the busiest
-    looped = step_time_model.warp_cycles(instructions, [{"loop": "f", "body": [[0, 4]]}], lambda function: 3, latency)
+    looped = step_time_model.warp_cycles(instructions, [{"loop": "f", "body": [[0, 4]]}], lambda loop: 3, latency)
     assert looped.issued == 15 and looped.chain_cycles == pytest.approx(3 * cost.chain_cycles)
 
 
@@ -126,7 +126,7 @@ def test_a_loop_run_at_once_once_periodic_takes_what_every_trip_run_takes(calibr
     def every_trip(steps):
         for step in steps:
             if isinstance(step, dict):
-                for _ in range(trips_of(step["loop"])):
+                for _ in range(trips_of(step)):
                     yield from every_trip(step["body"])
             else:
                 yield step
@@ -143,3 +143,43 @@ def test_programs_take_the_first_slot_to_come_free_in_grid_order():
     assert step_time_model.makespan([(10, 3)], 2) == 20
     assert step_time_model.makespan([(100, 1), (10, 10)], 2) == 100
     assert step_time_model.makespan([(10, 10), (100, 1)], 2) == 150
+
+
+def test_a_loop_that_loop_trips_does_not_know_takes_its_trips_from_its_while(monkeypatch):
+    from modeling_slstm import triton_kernels
+
+    _, whiles = step_time_model._source_functions(triton_kernels)
+    # The kernels' loops by hand: `while tile < TILES` (tile += 1), `while block < blocks` (block += 1), and
+    # `while start < seq` (start += BLOCK_S).
+    assert {"bound": "TILES", "step": 1} in whiles.values() and {"bound": "blocks", "step": 1} in whiles.values()
+    assert {"bound": "seq", "step": "BLOCK_S"} in whiles.values()
+    monkeypatch.setattr(step_time_model, "LOOP_TRIPS", {})
+    loop = {"loop": "_a_new_helper", "line": 1, "bound": "seq", "step": "BLOCK_S", "body": []}
+    trips_of = step_time_model._trips({"kernel": "k", "arguments": {"seq": 100, "WORD_BLOCK_S": 8, "hidden": 300}})
+    assert trips_of(loop) == 13  # ceil(100 / 8)
+    ambiguous = {"kernel": "k", "arguments": {"seq": 100, "WORD_BLOCK_S": 8, "SENTENCE_BLOCK_S": 32}}
+    with pytest.raises(ValueError, match="_a_new_helper.*LOOP_TRIPS"):
+        step_time_model._trips(ambiguous)(loop)
+
+
+def test_the_profile_stage_prints_each_kernels_measured_time_beside_the_prediction(calibration, monkeypatch):
+    """`benchmark_kernel_profile.prediction_table` on a GPU, its two GPU-only inputs stood in for: the statistics of
+    the step that ran (those of the measured kernels at 32x32) and the profiler's rows (device µs per key)."""
+    from types import SimpleNamespace
+
+    from run_scripts.benchmarks import benchmark_kernel_profile
+
+    statistics = {**calibration, "steps": {"profiled": calibration["steps"]["32x32"]}}
+    monkeypatch.setattr(step_time_model, "run_statistics", lambda step, name: statistics)
+    rows = [SimpleNamespace(key="step_backward_kernel", count=9, self_device_time_total=2000.0),
+            SimpleNamespace(key="step_forward_kernel", count=9, self_device_time_total=250.0),
+            SimpleNamespace(key="sm90_xmma_gemm_bf16", count=50, self_device_time_total=500.0)]  # fmt: skip
+    table = benchmark_kernel_profile.prediction_table(SimpleNamespace(call_for=lambda mode: None), rows)
+    predicted = step_time_model.step_prediction(statistics, "profiled")
+    cells = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table.splitlines()]
+    lines = {row[0]: row[1:] for row in cells}
+    backward_ms = predicted["kernels"]["step_backward_kernel"]["seconds"] * 1e3
+    assert lines["`step_backward_kernel`"][:4] == ["9", "2.000", f"{backward_ms:.3f}", f"{backward_ms / 2:.2f}"]
+    assert lines["`step_forward_kernel`"][1] == "0.250"
+    assert lines["matmuls and other operators"][1] == "0.500"
+    assert lines["**step (device time)**"][1:3] == ["2.750", f"{predicted['seconds'] * 1e3:.3f}"]

@@ -126,13 +126,32 @@ KIND_PROGRAMS = {
 # What a checkout's step is made of (run where its package is imported)
 
 
-def _source_functions(module) -> tuple[list[tuple[str, int, int]], set[int]]:
-    """The functions of `module`'s source file `(name, first line, last line)` and the lines of its `while`
-    statements."""
+def _while_bound(loop: ast.While, function: ast.FunctionDef) -> dict:
+    """`{"bound", "step"}` of a `while counter < bound:` loop of `function` that adds `step` (a name or a number) to
+    its counter (empty where the loop is not of that form)."""
+    test = loop.test
+    if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and isinstance(test.ops[0], ast.Lt)
+            and isinstance(test.comparators[0], ast.Name)):  # fmt: skip
+        return {}
+    for node in ast.walk(function):
+        counter = isinstance(node, ast.AugAssign) and getattr(node.target, "id", None) == test.left.id
+        if counter and isinstance(node.op, ast.Add):
+            step = node.value.id if isinstance(node.value, ast.Name) else getattr(node.value, "value", None)
+            return {"bound": test.comparators[0].id, "step": step} if step is not None else {}
+    return {}
+
+
+def _source_functions(module) -> tuple[list[tuple[str, int, int]], dict[int, dict]]:
+    """The functions of `module`'s source file `(name, first line, last line)` and its `while` statements by line,
+    each with its bound and step where it has the form `_while_bound` reads."""
     tree = ast.parse(Path(inspect.getsourcefile(module)).read_text())
-    nodes = list(ast.walk(tree))
-    functions = [(node.name, node.lineno, node.end_lineno) for node in nodes if isinstance(node, ast.FunctionDef)]
-    whiles = {node.lineno for node in nodes if isinstance(node, ast.While)}
+    functions, whiles = [], {}
+    for function in ast.walk(tree):
+        if isinstance(function, ast.FunctionDef):
+            functions.append((function.name, function.lineno, function.end_lineno))
+            for loop in ast.walk(function):
+                if isinstance(loop, ast.While):
+                    whiles[loop.lineno] = _while_bound(loop, function)
     return functions, whiles
 
 
@@ -147,7 +166,7 @@ def program_paths(instructions, function_of, while_lines) -> list[dict]:
     `{"functions": [...], "steps": [...]}`: the source functions its instructions came from, and its steps, each
     `[first, last]` (indices run in order) or `{"loop": function, "body": steps}` (a loop of `function`'s `while`).
     `function_of(instruction)`: the function of the kernels' source an instruction came from (`None` for another
-    file's); `while_lines`: the lines of the source's `while` statements.
+    file's); `while_lines`: the source's `while` statements by line (`_source_functions`).
 
     A conditional forward branch over an unconditional `EXIT` is a fork (both ways are paths: the kinds of
     programs); any other conditional forward branch as not taken (its code counted as run), an unconditional one as
@@ -180,7 +199,7 @@ def program_paths(instructions, function_of, while_lines) -> list[dict]:
                 if position > first:
                     steps.append([first, position - 1])
                 body = walk(position, loop[0] + 1, position)[0]
-                steps.append({"loop": loop[1], "line": loop[2], "body": body})
+                steps.append({"loop": loop[1], "line": loop[2], **while_lines.get(loop[2], {}), "body": body})
                 position = first = loop[0] + 1
                 continue
             conditional = instruction.text.startswith("@")
@@ -479,7 +498,7 @@ class _Warp:
     def run(self, steps: list):
         for step in steps:
             if isinstance(step, dict):
-                trips = self.trips_of(step["loop"])
+                trips = self.trips_of(step)
                 if "unrolled" in step:
                     trips //= step["unrolled"]
                 elif "remainder" in step:
@@ -522,8 +541,8 @@ class _Warp:
 
 
 def warp_cycles(instructions, steps: list, trips_of, global_load_cycles: float = GLOBAL_LOAD_CYCLES) -> WarpCost:
-    """A warp's cost along `steps` (`program_paths`) of `instructions` (`decode_instructions`' tuples), loops run
-    `trips_of(function)` times. See the module docstring for the assumptions."""
+    """A warp's cost along `steps` (`program_paths`) of `instructions` (`decode_instructions`' tuples), a loop
+    step run `trips_of(loop step)` times. See the module docstring for the assumptions."""
     warp = _Warp(instructions, trips_of, global_load_cycles)
     warp.run(steps)
     counts = warp.counts
@@ -575,27 +594,52 @@ def makespan(durations: list[tuple[float, int]], slots: int) -> float:
     return max(free)
 
 
+def _argument(arguments: dict, name):
+    """A loop's bound or step by its name in the kernel's source: a number as it is, a launch argument of that name,
+    or the one launch argument whose name ends in it (a helper's `BLOCK_S` as the kernel's `WORD_BLOCK_S`)."""
+    if isinstance(name, int):
+        return name
+    if name in arguments:
+        return arguments[name]
+    ending = [value for argument, value in arguments.items() if argument.endswith("_" + str(name))]
+    return ending[0] if len(ending) == 1 else None
+
+
 def _trips(launch: dict):
-    def trips_of(function: str | None) -> int:
-        if function not in LOOP_TRIPS:
+    """The trips of a loop step (`program_paths`) of this launch: by `LOOP_TRIPS` where it knows the loop's function,
+    else `ceil(bound / step)` of the loop's `while`."""
+    arguments = launch["arguments"]
+
+    def trips_of(loop: dict) -> int:
+        if loop["loop"] in LOOP_TRIPS:
+            return LOOP_TRIPS[loop["loop"]](arguments)
+        bound, step = _argument(arguments, loop.get("bound")), _argument(arguments, loop.get("step"))
+        if bound is None or not step:
             raise ValueError(
-                f"{launch['kernel']} has a loop of {function!r}, which LOOP_TRIPS (step_time_model.py) does not know: "
-                f"add its trip count from the launch's arguments {sorted(launch['arguments'])}"
+                f"{launch['kernel']} has a loop of {loop['loop']!r} (line {loop.get('line')}) whose trips neither "
+                f"LOOP_TRIPS (step_time_model.py) nor its `while` gives from the launch's arguments "
+                f"{sorted(arguments)}: add its trip count to LOOP_TRIPS"
             )
-        return LOOP_TRIPS[function](launch["arguments"])
+        return ceil_div(bound, step)
 
     return trips_of
 
 
-def _loop_functions(steps) -> set[str]:
+def _loops(steps) -> list[dict]:
+    """The loop steps of `steps`, nested ones too."""
     loops = [step for step in steps if isinstance(step, dict)]
-    return {step["loop"] for step in loops}.union(*(_loop_functions(step["body"]) for step in loops))
+    return loops + [inner for loop in loops for inner in _loops(loop["body"])]
+
+
+def _loop_key(loop: dict) -> tuple:
+    return loop["loop"], loop.get("line", 0)
 
 
 @functools.lru_cache(maxsize=4096)
 def _path_cost(instructions: str, steps: str, trips: tuple, global_load_cycles: float) -> WarpCost:
     """`warp_cycles` of a path, remembered: the launches of a step repeat the same few."""
-    return warp_cycles(decode_instructions(instructions), json.loads(steps), dict(trips).__getitem__,
+    by_loop = dict(trips)
+    return warp_cycles(decode_instructions(instructions), json.loads(steps), lambda loop: by_loop[_loop_key(loop)],
                        global_load_cycles)  # fmt: skip
 
 
@@ -609,7 +653,7 @@ def launch_time(launch: dict, variant: dict, global_load_cycles: float = GLOBAL_
     issue, chain, both = [], [], []
     trips_of = _trips(launch)
     for path, count in launch_kinds(launch, variant):
-        trips = tuple((function, trips_of(function)) for function in sorted(_loop_functions(path["steps"])))
+        trips = tuple(sorted({_loop_key(loop): trips_of(loop) for loop in _loops(path["steps"])}.items()))
         cost = _path_cost(variant["instructions"], json.dumps(path["steps"]), trips, global_load_cycles)
         issue.append((cost.issue_cycles * warps_per_scheduler, count))
         chain.append((cost.chain_cycles, count))
