@@ -11,7 +11,7 @@ What it reads (`step_statistics`, on the checkout whose kernels it models):
   instruction, the stall cycles and scoreboards `ptxas` encoded, and the source line;
 - the paths a program can take through the SASS: a forward branch over an `EXIT` splits the programs into kinds (the
   word and the sentence-node bodies); a branch back is a loop, whose trip count comes from the launch's arguments
-  (`LOOP_TRIPS`, by the function whose `while` it is).
+  (`LOOP_TRIPS`, by the function whose `while` it is, else the `while`'s own bound and step).
 
 What it assumes (each a constant below; only `GLOBAL_LOAD_CYCLES` is fitted):
 
@@ -35,7 +35,8 @@ What it assumes (each a constant below; only `GLOBAL_LOAD_CYCLES` is fitted):
   allocations launch nothing.
 
 The model is calibrated on one GPU run (`MEASURED`): the kernels of commit `fa948a1^1` compiled by Triton 3.6, on an
-H200.
+H200; docs/benchmarks.md ("Fused step kernels: predicted H200 times") gives the fit, what each term contributes and
+the predictions for today's kernels.
 """
 
 import ast
