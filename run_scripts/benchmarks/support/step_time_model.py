@@ -210,7 +210,7 @@ def program_paths(instructions, function_of, while_lines) -> list[dict]:
                 target = index.get(instruction.target, position)
                 if target == position:
                     return [steps + [[first, position]]]
-                over_loop = any(position < loop_first and loop[0] < target for loop_first, loop in loops.items())
+                over_loop = any(position < start_at and other[0] < target for start_at, other in loops.items())
                 if target > position and not conditional and not over_loop:
                     steps.append([first, position])
                     position = first = target
