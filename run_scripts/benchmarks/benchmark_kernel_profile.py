@@ -7,8 +7,10 @@ does: `workloads.real_workloads`).
 
 Prints, as each workload is done, the top `--top` operators and kernels by self CUDA time
 (`key_averages().table`), and appends them to `<name>.md` under `--output_dir`. The fused step shows as its Triton
-kernels (`step_forward_kernel`, `step_backward_kernel`, ...) beside cuBLAS's matmuls. `--dry_run`: tiny sizes on the
-CPU, the CPU time per operator instead (checks the wiring; what CI runs).
+kernels (`step_forward_kernel`, `step_backward_kernel`, ...) beside cuBLAS's matmuls. On a GPU it then prints, kernel
+by kernel, the measured device time beside what the H200 model (`support/step_time_model.py`) predicts from the
+binaries that ran and their grids (`prediction_table`): the GPU's check of the model. `--dry_run`: tiny sizes on the
+CPU, the CPU time per operator instead, no prediction (checks the wiring; what CI runs).
 
     python run_scripts/benchmarks/benchmark_kernel_profile.py --data_dir ../shared/data --output_dir out
     python run_scripts/benchmarks/benchmark_kernel_profile.py --dry_run --data_dir ../shared/data
@@ -22,6 +24,8 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from run_scripts.benchmarks.benchmark_speed import reads_characters
+from run_scripts.benchmarks.support import step_time_model
+from run_scripts.benchmarks.support.speed_report import markdown_table
 from run_scripts.benchmarks.support.timed_models import PAPER_SLSTM, VARIANTS, TimedModel
 from run_scripts.benchmarks.support.timing import machine_info
 from run_scripts.benchmarks.support.workloads import NER_CORPUS, Workload, parse_shape, random_workload, real_workloads
@@ -58,9 +62,9 @@ def workloads(args: KernelProfileArguments, device: torch.device) -> list[Worklo
     return random + real_workloads(args.data_dir, [NER_CORPUS], [args.real_batch_size], 1, device)
 
 
-def profile_table(timed: TimedModel, args: KernelProfileArguments) -> str:
+def profile_table(timed: TimedModel, args: KernelProfileArguments) -> tuple[str, list]:
     """`timed`'s training step profiled once after `args.warmup` unprofiled ones: the top `args.top` rows by self
-    device time (by self CPU time on a CPU)."""
+    device time (by self CPU time on a CPU), and every row (`key_averages()`)."""
     device = timed.device
     step = timed.call_for("train")
     for _ in range(args.warmup):
@@ -71,7 +75,39 @@ def profile_table(timed: TimedModel, args: KernelProfileArguments) -> str:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     sort_by = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    return profile.key_averages().table(sort_by=sort_by, row_limit=args.top)
+    averages = profile.key_averages()
+    return averages.table(sort_by=sort_by, row_limit=args.top), list(averages)
+
+
+def _device_ms(row) -> float:
+    """A `key_averages()` row's self device time, ms (`self_cuda_time_total` before torch 2.4)."""
+    return getattr(row, "self_device_time_total", getattr(row, "self_cuda_time_total", 0.0)) / 1e3
+
+
+def prediction_table(timed: TimedModel, averages: list) -> str:
+    """Per kernel of the step's Triton launches: the launches and device ms measured in the profiled step beside the
+    H200 model's prediction (`step_time_model`, from one more step with its launches recorded as they run); then the
+    step's other kernels together (matmuls and the rest) and the whole step's device time."""
+    statistics = step_time_model.run_statistics(timed.call_for("train"), "profiled")
+    predicted = step_time_model.step_prediction(statistics, "profiled")
+    measured = {row.key: row for row in averages}
+    header = ["kernel", "launches", "measured ms", "predicted ms", "predicted / measured", "issue ms", "chain ms",
+              "memory ms", "registers", "programs / SM"]  # fmt: skip
+    body = []
+    for kernel, row in predicted["kernels"].items():
+        seen = measured.get(kernel)
+        ms = _device_ms(seen) if seen else float("nan")
+        body.append([f"`{kernel}`", str(seen.count if seen else 0), f"{ms:.3f}", f"{row['seconds'] * 1e3:.3f}",
+                     f"{row['seconds'] * 1e3 / ms:.2f}", f"{row['issue_s'] * 1e3:.3f}", f"{row['chain_s'] * 1e3:.3f}",
+                     f"{row['memory_s'] * 1e3:.3f}", str(row["registers"]), str(row["programs_per_sm"])])  # fmt: skip
+    total = sum(_device_ms(row) for row in averages)
+    kernels = sum(_device_ms(measured[kernel]) for kernel in predicted["kernels"] if kernel in measured)
+    rest = predicted["matmul_s"] + predicted["operator_s"]
+    body.append(["matmuls and other operators", "", f"{total - kernels:.3f}", f"{rest * 1e3:.3f}",
+                 f"{rest * 1e3 / (total - kernels):.2f}", "", "", "", "", ""])  # fmt: skip
+    body.append(["**step (device time)**", "", f"{total:.3f}", f"{predicted['seconds'] * 1e3:.3f}",
+                 f"{predicted['seconds'] * 1e3 / total:.2f}", "", "", "", "", ""])  # fmt: skip
+    return "\n".join(markdown_table(header, body))
 
 
 def main(argv=None) -> list[dict]:
@@ -88,12 +124,22 @@ def main(argv=None) -> list[dict]:
     for workload in workloads(args, device):
         characters = reads_characters(PAPER_SLSTM, workload)
         timed = TimedModel(PAPER_SLSTM, VARIANTS[args.variant], workload, device, characters)
-        table = profile_table(timed, args)
+        table, averages = profile_table(timed, args)
         title = f"{args.variant} training step, {workload.label()}, widths {list(workload.widths)}"
         print(f"== {title}\n{table}", flush=True)
         with report.open("a") as handle:
             handle.write(f"\n## {title}\n\n```\n{table}\n```\n")
-        rows.append({"workload": workload.label(), "table": table})
+        predicted = ""
+        if device.type == "cuda":
+            try:
+                predicted = prediction_table(timed, averages)
+            except Exception as error:  # noqa: BLE001 (a model's failure must not end a timed GPU run)
+                print(f"== the H200 model's prediction failed: {type(error).__name__}: {error}", flush=True)
+        if predicted:
+            print(f"== measured beside the H200 model's prediction\n{predicted}", flush=True)
+            with report.open("a") as handle:
+                handle.write(f"\nMeasured beside the H200 model's prediction (`step_time_model.py`):\n\n{predicted}\n")
+        rows.append({"workload": workload.label(), "table": table, "prediction": predicted})
     return rows
 
 

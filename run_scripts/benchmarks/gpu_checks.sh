@@ -5,7 +5,8 @@
 #             (tests/model/test_crf_kernels.py), the fused-step tests (tests/model/test_fused_step.py: the fused Triton
 #             step against the readable one) and the CUDA-graph replay of the speed benchmark
 #   profile   benchmark_kernel_profile.py: where one eager bf16 training step's GPU time goes, the top 15 operators
-#             and kernels by self CUDA time (torch.profiler), at 32x512 and on a real CoNLL-2003 NER batch of 10 ->
+#             and kernels by self CUDA time (torch.profiler), at 32x512 and on a real CoNLL-2003 NER batch of 10, then
+#             each fused-step kernel's measured time beside the H200 model's prediction (step_time_model.py) ->
 #             kernel_profile.md; over by the run's third minute (tests 120 s at most, then 60 s)
 #   wholestep benchmark_graph_step.py: whole-step CUDA graphs (--cuda_graphs) against eager training over 50 steps,
 #             the host time per step measured here (eager, replayed, BiLSTM), the host cost of one Triton launch

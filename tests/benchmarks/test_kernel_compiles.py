@@ -104,3 +104,21 @@ def test_kernels_are_found_by_the_modules_list_else_by_their_names():
     assert kernel_compiles.kernel_names(triton_crf) == (
         "log_likelihood_forward_kernel", "log_likelihood_backward_kernel", "viterbi_kernel",
     )  # fmt: skip
+
+
+def test_launches_recorded_as_they_run_compute_what_the_kernels_compute():
+    """`recorded_launches(run=True)` (the GPU profile's record of the binaries that ran) records each launch with its
+    grid and still runs it: the fused forward's outputs are those of the unrecorded one, bit for bit."""
+    import torch
+
+    from run_scripts.benchmarks.benchmark_launch_counts import random_batch
+
+    model = paper_model("ner", "triton", hidden_size=8).eval()
+    inputs = random_batch(model, 2, 5)
+    with torch.no_grad():
+        expected = model(**inputs).logits
+        with kernel_compiles.recorded_launches(run=True) as launches:
+            recorded = model(**inputs).logits
+    assert torch.equal(recorded, expected)
+    steps = [launch for launch in launches if launch.kernel == "step_forward_kernel"]
+    assert len(steps) == model.config.num_steps and all(launch.grid[0] == 2 for launch in steps)

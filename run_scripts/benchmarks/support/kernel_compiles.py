@@ -62,34 +62,41 @@ SM_90 = ("cuda", 90, 32)  # backend, compute capability, warp size: an H100's or
 
 @dataclass
 class Launch:
-    """One recorded kernel launch: the kernel's name, its positional and keyword arguments, and its grid (the
-    programs on each axis, as the launcher gave them)."""
+    """One recorded kernel launch: the kernel's name, its positional and keyword arguments, its grid (the programs
+    per axis, as the launcher gave it) and, where it ran, what Triton's launch returned (the compiled kernel)."""
 
     kernel: str
     args: tuple
     kwargs: dict
-    grid: tuple
+    grid: tuple = ()
+    compiled: object = None
 
 
 class _Recorder:
-    """Stands in for a kernel: `kernel[grid](...)` appends a `Launch` to `launches` and runs nothing."""
+    """Stands in for a kernel: `kernel[grid](...)` appends a `Launch` to `launches`, and runs `kernel` only where
+    `run`."""
 
-    def __init__(self, name: str, launches: list[Launch]):
-        self.name, self.launches = name, launches
+    def __init__(self, name: str, launches: list[Launch], kernel=None):
+        self.name, self.launches, self.kernel = name, launches, kernel
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.launches.append(Launch(self.name, args, kwargs, tuple(grid)))
+        def launch(*args, **kwargs):
+            compiled = self.kernel[grid](*args, **kwargs) if self.kernel is not None else None
+            self.launches.append(Launch(self.name, args, kwargs, grid if callable(grid) else tuple(grid), compiled))
+
+        return launch
 
 
 @contextlib.contextmanager
-def recorded_launches() -> Iterator[list[Launch]]:
+def recorded_launches(run: bool = False) -> Iterator[list[Launch]]:
     """Within the block, every kernel launch of `triton_step` and `triton_crf` is recorded into the list yielded
-    instead of run: each kernel is replaced where it is defined and where the launching module imported it."""
+    instead of run (with `run`, as well as run): each kernel is replaced where it is defined and where the launching
+    module imported it."""
     launches: list[Launch] = []
     with contextlib.ExitStack() as patches:
         for launching, (defining, names) in LAUNCHING_MODULES.items():
             for name in names:
-                recorder = _Recorder(name, launches)
+                recorder = _Recorder(name, launches, getattr(defining, name) if run else None)
                 for module in dict.fromkeys((defining, launching)):
                     if hasattr(module, name):
                         patches.enter_context(mock.patch.object(module, name, recorder))
@@ -169,14 +176,17 @@ def compile_for_sm_90(kernel, signature: dict, constexprs: dict, attrs: dict | N
     return compiled
 
 
-def gpu_compiles(launches: list[Launch]) -> list[dict]:
+def gpu_compiles(launches: list[Launch], triton_path: str | None = None) -> list[dict]:
     """Each launch's kernel variant compiled for sm_90, in a fresh process with an empty Triton cache and without
-    the interpreter, in order: `{"seconds", "ptxas_log", "shared", "num_warps"}` (`ptxas -v`'s report of the binary,
-    the shared memory a launch asks for in bytes, the warps per program)."""
+    the interpreter, in order: `{"seconds", "ptxas_log", "shared", "num_warps", "cubin"}` (`ptxas -v`'s report of
+    the binary, the shared memory a launch asks for in bytes, the warps per program, the binary itself).
+    `triton_path`: a folder holding another Triton install (`triton/`) to compile with, first on the path of the
+    compiling process (e.g. the GPU machine's Triton beside this one's); this process's Triton by default."""
     requests = [_compile_request(launch) for launch in launches]
     environment = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     # This checkout's package, as in this process; Triton prints ptxas's report when asked to.
-    environment["PYTHONPATH"] = os.pathsep.join([str(REPOSITORY_ROOT), os.environ.get("PYTHONPATH", "")])
+    paths = [triton_path] if triton_path else []
+    environment["PYTHONPATH"] = os.pathsep.join([*paths, str(REPOSITORY_ROOT), os.environ.get("PYTHONPATH", "")])
     environment["TRITON_DUMP_PTXAS_LOG"] = "1"
     with tempfile.TemporaryDirectory() as cache:  # an empty cache: every variant is compiled, ptxas runs
         environment["TRITON_CACHE_DIR"] = cache
@@ -205,7 +215,7 @@ def _compile_requests_from_stdin():
         seconds = time.perf_counter() - start
         metadata = compiled.metadata
         results.append({"seconds": seconds, "ptxas_log": printed.getvalue(), "shared": metadata.shared,
-                        "num_warps": metadata.num_warps})  # fmt: skip
+                        "num_warps": metadata.num_warps, "cubin": compiled.asm["cubin"]})  # fmt: skip
     sys.stdout.buffer.write(pickle.dumps(results))
 
 
