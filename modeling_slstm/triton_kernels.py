@@ -8,8 +8,9 @@ step, each running a word body and a sentence body side by side (Eq. 2 and Eq. 3
 with sentence nodes a small third after the backward's:
 
 - `step_forward_kernel`: `_word_update_forward` (Eq. 2): `W ξ_i` as the sum of the window blocks of `P` at the
-  neighbours' rows, plus `U x_i + b` and `V γ`, for every gate block of a word in one `(BLOCK_S, GATES, BLOCK_H)`
-  tile; the normalised gates (softmax over the `2w + K + 2` gates), the output gate and content, the new cell and
+  neighbours' rows, plus `U x_i + b` and `V γ`, each gate block of a word in a `(BLOCK_S, BLOCK_H)` tile of its own
+  (the gates walked at compile time, their softmax elementwise across the tiles: nothing moves between threads);
+  the normalised gates (softmax over the `2w + K + 2` gates), the output gate and content, the new cell and
   state, and the padding mask, in one pass; `_sentence_update_forward`
   (Eq. 3): the forget-gate scores of every real position, their softmax over positions (one pass, rescaled as the
   running maximum grows) together with the mean `U h̄` of the product's `U h_j` blocks, then the node's own cell and
@@ -61,12 +62,6 @@ def _product_width(hidden, WINDOW: tl.constexpr, NODES: tl.constexpr, CONTEXT_BL
 
 
 @triton.jit
-def _slot(gates, SLOT: tl.constexpr, GATES: tl.constexpr):
-    """Gate slot `SLOT` of `gates` `(BLOCK_S, GATES, BLOCK_H)`: `(BLOCK_S, BLOCK_H)`."""
-    return tl.sum(tl.where(tl.arange(0, GATES)[None, :, None] == SLOT, gates, 0.0), axis=1)
-
-
-@triton.jit
 def _word_terms(
     product_ptr, input_terms_ptr, sentence_terms_ptr, position, slot_offsets, valid, seq, hidden,
     WINDOW: tl.constexpr, NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
@@ -90,49 +85,57 @@ def _word_terms(
 @triton.jit
 def _word_node(
     product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, positions, hidden_idx, seq,
-    hidden, WINDOW: tl.constexpr, NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr,
-    SIGMOID_SCORES: tl.constexpr,
+    hidden, WINDOW: tl.constexpr, NODES: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
 ):  # fmt: skip
     """Eq. 2 at `positions` `(BLOCK_S,)` (any integers: those outside `[0, seq)` read zeros) and `hidden_idx`
-    `(BLOCK_H,)`: `(scores, gates, values, cell, output_gate, content)`, the first three `(BLOCK_S, GATES, BLOCK_H)`
-    over every gate block a word's context feeds (`GATES >= CONTEXT_BLOCKS`; the slots past the `2w + K + 2`
-    normalised gates hold zero gates), the rest `(BLOCK_S, BLOCK_H)`."""
-    normalized = 2 * WINDOW + NODES + 2
-    gate = tl.arange(0, GATES)[None, :, None]
+    `(BLOCK_H,)`: `(scores, gates, values, cell, output_gate, content)`, the first three tuples of one tile per
+    normalised gate (`2w + K + 2` of them, in gate block order), the rest `(BLOCK_S, BLOCK_H)` tiles.
+
+    Each gate block has a tile of its own, and the gates are walked at compile time: the softmax over the gates is
+    an elementwise maximum and sum across the tiles, so that no value moves between threads."""
+    normalized: tl.constexpr = 2 * WINDOW + NODES + 2
     position = positions[:, None]  # (BLOCK_S, 1)
     column = hidden_idx[None, :]  # (1, BLOCK_H)
-    in_row = (position >= 0) & (position < seq) & (column < hidden)  # (BLOCK_S, BLOCK_H)
+    in_hidden = column < hidden
+    in_row = (position >= 0) & (position < seq) & in_hidden  # (BLOCK_S, BLOCK_H)
 
-    # Every gate block's pre-activations in one tile (BLOCK_S, GATES, BLOCK_H): the normalised gates', the output
-    # gate's, the content's (one load per window block of the product, rather than one per tile).
-    pre = _word_terms(
-        product_ptr, input_terms_ptr, sentence_terms_ptr, position[:, :, None], gate * hidden + column[:, None, :],
-        in_row[:, None, :] & (gate < CONTEXT_BLOCKS), seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS,
-    )  # fmt: skip
-    output_pre = _slot(pre, normalized, GATES)
-    content_pre = _slot(pre, normalized + 1, GATES)
-    if SIGMOID_SCORES:
-        scores = tl.sigmoid(pre)
-    else:
-        scores = pre
-    masked_scores = tl.where(gate < normalized, scores, float("-inf"))
-    exps = tl.exp(masked_scores - tl.max(masked_scores, axis=1)[:, None, :])
-    gates = exps / tl.sum(exps, axis=1)[:, None, :]
-    content = _tanh(content_pre)  # u_i
-
+    # Every load first, every gate block's pre-activations and every value's, so that their waits overlap.
+    pre = ()
+    for gate in tl.static_range(CONTEXT_BLOCKS):
+        pre += (
+            _word_terms(
+                product_ptr, input_terms_ptr, sentence_terms_ptr, position, gate * hidden + column, in_row, seq,
+                hidden, WINDOW, NODES, CONTEXT_BLOCKS,
+            ),
+        )  # fmt: skip
     # What each gate weighs: the cells c_{i-w} … c_{i+w} (zero beyond the edges), c_{g,k}, then u_i.
-    neighbour = position[:, :, None] + gate - WINDOW
-    in_hidden = column[:, None, :] < hidden
-    in_window = (gate < 2 * WINDOW + 1) & (neighbour >= 0) & (neighbour < seq) & in_hidden
-    values = tl.load(cells_ptr + neighbour * hidden + column[:, None, :], mask=in_window, other=0.0).to(tl.float32)
-    if NODES > 0:
-        node = gate - (2 * WINDOW + 1)
-        is_node = (node >= 0) & (node < NODES) & in_hidden
-        node_cells = tl.load(sentence_cells_ptr + node * hidden + column[:, None, :], mask=is_node, other=0.0)
-        values += node_cells.to(tl.float32)
-    values = tl.where(gate == normalized - 1, content[:, None, :], values)
-    cell = tl.sum(gates * values, axis=1)
-    return scores, gates, values, cell, tl.sigmoid(output_pre), content
+    values = ()
+    for slot in tl.static_range(2 * WINDOW + 1):
+        neighbour = position + slot - WINDOW
+        in_window = (neighbour >= 0) & (neighbour < seq) & in_hidden
+        values += (tl.load(cells_ptr + neighbour * hidden + column, mask=in_window, other=0.0).to(tl.float32),)
+    for node in tl.static_range(NODES):
+        values += (tl.load(sentence_cells_ptr + node * hidden + column, mask=in_hidden, other=0.0).to(tl.float32),)
+    content = _tanh(pre[normalized + 1])  # u_i
+    values += (content,)
+
+    scores = ()
+    for gate in tl.static_range(normalized):
+        scores += (tl.sigmoid(pre[gate]) if SIGMOID_SCORES else pre[gate],)
+    largest = scores[0]
+    for gate in tl.static_range(1, normalized):
+        largest = tl.maximum(largest, scores[gate])
+    exps = ()
+    total = tl.zeros_like(largest)
+    for gate in tl.static_range(normalized):
+        exps += (tl.exp(scores[gate] - largest),)
+        total += exps[gate]
+    gates = ()
+    cell = tl.zeros_like(largest)
+    for gate in tl.static_range(normalized):
+        gates += (exps[gate] / total,)
+        cell += gates[gate] * values[gate]
+    return scores, gates, values, cell, tl.sigmoid(pre[normalized]), content
 
 
 @triton.jit
@@ -164,12 +167,12 @@ def _cell_gradient(
 def _word_update_forward(
     product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, new_states_ptr,
     new_cells_ptr, positions, hidden_idx, seq, hidden, WINDOW: tl.constexpr, NODES: tl.constexpr,
-    CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
+    CONTEXT_BLOCKS: tl.constexpr, SIGMOID_SCORES: tl.constexpr,
 ):  # fmt: skip
     """Eq. 2 at `positions` `(BLOCK_S,)` and `hidden_idx` `(BLOCK_H,)`: `h^t`, `c^t`, zero at padding."""
     _, _, _, cell, output_gate, _ = _word_node(
         product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, positions, hidden_idx, seq,
-        hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+        hidden, WINDOW, NODES, CONTEXT_BLOCKS, SIGMOID_SCORES,
     )  # fmt: skip
     real = (tl.load(mask_ptr + positions, mask=positions < seq, other=0.0) != 0)[:, None]
     valid = (positions[:, None] < seq) & (hidden_idx[None, :] < hidden)
@@ -186,23 +189,48 @@ def _store_word_gradient(
 ):  # fmt: skip
     """Stores `values`, the gradient of Eq. 2's pre-activations of the words at `position` (at `slot_offsets`,
     broadcast as in `_word_terms`): into block `d` of the product row `i - w + d` for every window offset `d` (the
-    `W_d h` that word `i` read; blocks of rows that no word reads, beyond the edges, get zero), and as the gradient of
+    `W_d h` that word `i` read; `_zero_unread_blocks` writes the blocks that no word reads), and as the gradient of
     `U x_i + b` into `d_input_terms_ptr` (float32), with `LATER_STEPS` added to the later steps' gradient there."""
     context_width = CONTEXT_BLOCKS * hidden
     product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
     dtype = d_product_ptr.dtype.element_ty
+    # The offsets in int64, unlike `_word_terms`' int32 ones of the same elements: shared, they would stay live in
+    # registers from the loads to the stores (under Triton 3.6 the paper configuration's backward took 140 registers
+    # rather than 105).
     for d in tl.static_range(2 * WINDOW + 1):
         row = position + d - WINDOW
-        offsets = row * product_width + d * context_width + slot_offsets
+        offsets = row.to(tl.int64) * product_width + d * context_width + slot_offsets
         tl.store(d_product_ptr + offsets, values.to(dtype), mask=valid & (row >= 0) & (row < seq))
-        reader = position - d + WINDOW  # the word that reads block d of the row at `position`
-        unread = valid & ((reader < 0) | (reader >= seq))
-        own_row = position * product_width + d * context_width + slot_offsets
-        tl.store(d_product_ptr + own_row, tl.zeros_like(values).to(dtype), mask=unread)
-    input_offsets = position * context_width + slot_offsets
+    input_offsets = position.to(tl.int64) * context_width + slot_offsets
     if LATER_STEPS:
         values += tl.load(d_input_terms_ptr + input_offsets, mask=valid, other=0.0)
     tl.store(d_input_terms_ptr + input_offsets, values, mask=valid)
+
+
+@triton.jit
+def _zero_unread_blocks(
+    d_product_ptr, positions, owned, hidden_idx, seq, hidden, WINDOW: tl.constexpr, NODES: tl.constexpr,
+    CONTEXT_BLOCKS: tl.constexpr, GATES: tl.constexpr,
+):  # fmt: skip
+    """Writes zero into block `d` of the product's gradient at the `owned` rows of `positions` `(BLOCK_S,)` that no
+    word reads (word `j + w - d` beyond the edges: the first `d - w` rows for `d > w`, the last `w - d` for `d < w`),
+    every gate block at `hidden_idx` `(BLOCK_H,)` in one `(GATES, BLOCK_H)` tile per row: a few rows of the
+    sentence, rather than a masked store of every tile row for each gate and window offset."""
+    # The owned rows, first to last, (1, 1) each: Triton's interpreter refuses a mask made with a scalar from a
+    # reduction (its dtype int32).
+    first = tl.min(tl.where(owned, positions, seq), axis=0, keep_dims=True)[:, None]
+    last = tl.max(tl.where(owned, positions, -1), axis=0, keep_dims=True)[:, None]
+    slot = tl.arange(0, GATES)[:, None]
+    column = hidden_idx[None, :]
+    in_blocks = (slot < CONTEXT_BLOCKS) & (column < hidden)  # (GATES, BLOCK_H)
+    context_width = CONTEXT_BLOCKS * hidden
+    product_width = _product_width(hidden, WINDOW, NODES, CONTEXT_BLOCKS)
+    zeros = tl.zeros([GATES, hidden_idx.shape[0]], dtype=d_product_ptr.dtype.element_ty)
+    for d in tl.static_range(2 * WINDOW + 1):
+        for k in tl.static_range(WINDOW - d if d < WINDOW else d - WINDOW):
+            row = seq - 1 - k if d < WINDOW else k
+            offsets = row * product_width + d * context_width + slot * hidden + column
+            tl.store(d_product_ptr + offsets, zeros, mask=in_blocks & (first <= row) & (last >= row))
 
 
 @triton.jit
@@ -231,10 +259,10 @@ def _word_update_backward(
 
     `c_j^{t-1}` is read by the `2w + 1` words around `j`, so the tile's `w` rows on each side of the owned ones are
     halo rows: recomputed (Eq. 2 again, from the product) for their `∂L/∂c^t` and gates, never stored."""
-    normalized = 2 * WINDOW + NODES + 2
+    normalized: tl.constexpr = 2 * WINDOW + NODES + 2
     scores, gates, values, cell, output_gate, content = _word_node(
         product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, positions, hidden_idx, seq,
-        hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+        hidden, WINDOW, NODES, CONTEXT_BLOCKS, SIGMOID_SCORES,
     )  # fmt: skip
     d_cell, d_state, squashed = _cell_gradient(
         d_states_ptr, d_output_states_ptr, d_cells_ptr, mask_ptr, positions, hidden_idx, seq, hidden, cells_part,
@@ -242,36 +270,49 @@ def _word_update_backward(
     )  # fmt: skip
     position = positions[:, None]
     column = hidden_idx[None, :]
-    in_hidden = column < hidden
-    stored = owned[:, None] & in_hidden  # (BLOCK_S, BLOCK_H)
-    gate = tl.arange(0, GATES)[None, :, None]
-    d_values = gates * d_cell[:, None, :]  # ∂L/∂value_k = gate_k ∂L/∂c, (BLOCK_S, GATES, BLOCK_H)
+    stored = owned[:, None] & (column < hidden)  # (BLOCK_S, BLOCK_H)
+    d_values = ()  # ∂L/∂value_k = gate_k ∂L/∂c, one (BLOCK_S, BLOCK_H) tile per normalised gate
+    for gate in tl.static_range(normalized):
+        d_values += (gates[gate] * d_cell,)
 
     # ∂L/∂c_j^{t-1}: c_j^{t-1} is the value of window slot `slot` of word j + w - slot, whose ∂L/∂value of that slot
     # it receives, from the row `w - slot` below in the tile.
-    d_prev = _slot(d_values, WINDOW, GATES)
+    d_prev = d_values[WINDOW]
     for slot in tl.static_range(2 * WINDOW + 1):
         if slot != WINDOW:
-            d_prev += _shifted_rows(_slot(d_values, slot, GATES), WINDOW - slot)
+            d_prev += _shifted_rows(d_values[slot], WINDOW - slot)
     cell_offsets = position * hidden + column
     tl.store(d_prev_cells_ptr + cell_offsets, d_prev.to(d_prev_cells_ptr.dtype.element_ty), mask=stored)
-    d_content = _slot(d_values, normalized - 1, GATES) * (1.0 - content * content)
-    value_sums = tl.sum(tl.where(stored[:, None, :], d_values, 0.0), axis=0)  # (GATES, BLOCK_H)
-
-    # Softmax backward with Σ_k gate_k value_k = cell: ∂L/∂score_k = gate_k ∂L/∂c (value_k - c).
-    d_scores = d_values * (values - cell[:, None, :])
-    if SIGMOID_SCORES:
-        d_scores = d_scores * scores * (1.0 - scores)
+    d_content = d_values[normalized - 1] * (1.0 - content * content)
     d_output = d_state * squashed * output_gate * (1.0 - output_gate)
-    # The gradient of every gate block's pre-activations, (BLOCK_S, GATES, BLOCK_H), as `_word_node` reads them.
-    d_pre = tl.where(gate == normalized, d_output[:, None, :], d_scores)
-    d_pre = tl.where(gate == normalized + 1, d_content[:, None, :], d_pre)
-    block_mask = stored[:, None, :] & (gate < CONTEXT_BLOCKS)
-    _store_word_gradient(
-        d_product_ptr, d_input_terms_ptr, d_pre, position[:, :, None], gate * hidden + column[:, None, :],
-        block_mask, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, LATER_STEPS,
+
+    # The gradient of each gate block's pre-activations, as `_word_node` reads them, stored and summed over the
+    # tile's rows into row `gate` of the sums. Softmax backward with Σ_k gate_k value_k = cell:
+    # ∂L/∂score_k = gate_k ∂L/∂c (value_k - c).
+    slot_rows = tl.arange(0, GATES)[:, None]
+    pre_sums = tl.zeros([GATES, hidden_idx.shape[0]], dtype=tl.float32)
+    value_sums = tl.zeros([GATES, hidden_idx.shape[0]], dtype=tl.float32)
+    for gate in tl.static_range(CONTEXT_BLOCKS):
+        if gate < normalized:
+            d_pre = d_values[gate] * (values[gate] - cell)
+            if SIGMOID_SCORES:
+                d_pre = d_pre * scores[gate] * (1.0 - scores[gate])
+            if gate >= 2 * WINDOW + 1 and gate < 2 * WINDOW + 1 + NODES:  # c_g^{t-1}'s value
+                value_sum = tl.sum(tl.where(stored, d_values[gate], 0.0), axis=0)
+                value_sums = tl.where(slot_rows == gate, value_sum[None, :], value_sums)
+        elif gate == normalized:
+            d_pre = d_output
+        else:
+            d_pre = d_content
+        _store_word_gradient(
+            d_product_ptr, d_input_terms_ptr, d_pre, position, gate * hidden + column, stored, seq, hidden, WINDOW,
+            NODES, CONTEXT_BLOCKS, LATER_STEPS,
+        )  # fmt: skip
+        pre_sums = tl.where(slot_rows == gate, tl.sum(tl.where(stored, d_pre, 0.0), axis=0)[None, :], pre_sums)
+    _zero_unread_blocks(
+        d_product_ptr, positions, owned, hidden_idx, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES
     )  # fmt: skip
-    return tl.sum(tl.where(block_mask, d_pre, 0.0), axis=0), value_sums
+    return pre_sums, value_sums
 
 
 @triton.jit
@@ -542,7 +583,7 @@ def step_forward_kernel(
         hidden_idx = (word_program % word_hidden_blocks) * WORD_BLOCK_H + tl.arange(0, WORD_BLOCK_H)
         _word_update_forward(
             product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, new_states_ptr,
-            new_cells_ptr, positions, hidden_idx, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, GATES, SIGMOID_SCORES,
+            new_cells_ptr, positions, hidden_idx, seq, hidden, WINDOW, NODES, CONTEXT_BLOCKS, SIGMOID_SCORES,
         )  # fmt: skip
 
 

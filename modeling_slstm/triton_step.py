@@ -140,7 +140,10 @@ class StepKernels:
     def __init__(self, batch: int, seq: int, hidden: int, nodes: int, window_size: int, sigmoid_scores: bool):
         self.nodes = nodes
         gates, nodes_p = next_power_of_2(2 * window_size + nodes + 4), next_power_of_2(max(nodes, 1))
-        word_tiles, sentence_tiles = tile_options(seq, hidden, gates), tile_options(seq, hidden, nodes_p)
+        # The sentence body's tile (BLOCK_S, nodes, BLOCK_H) is sized as for twice its nodes: it keeps more tiles of
+        # that size live (the forget scores, their exponentials, the keep and output terms) than the word body keeps
+        # of its own; at 2 nodes, sized as the word body's, it spilled under Triton 3.6.
+        word_tiles, sentence_tiles = tile_options(seq, hidden, gates), tile_options(seq, hidden, 2 * nodes_p)
         shared = {
             "seq": seq,
             "hidden": hidden,

@@ -370,17 +370,15 @@ def test_left_padding_longer_than_a_position_block():
     word blocks of 2 positions, sentence blocks of 4 (4 nodes, so that both are small at once), left padding of 5."""
     if not KERNELS_INTERPRETED:
         pytest.skip("tiles are chosen per GPU where the kernels are compiled: the CUDA cases cover them")
-    from modeling_slstm import triton_kernels
-
     config = tiny_config(hidden_size=4, num_steps=1, num_sentence_nodes=4, initial_state="input")
     model = build(SLSTMModel, config)
     seq, padding = 6, 5
     mask = torch.arange(seq) >= torch.tensor([[0], [padding]])  # (batch, seq): 6 and 1 real words, left-padded
     embeds = torch.randn(2, seq, config.embedding_dim, generator=torch.Generator().manual_seed(4))
     with kernel_tiles(values_per_tile=128, max_block_h=4, max_block_s=4):
-        word_slots = triton_step.next_power_of_2(2 * config.window_size + config.num_sentence_nodes + 4)
-        word_block = triton_kernels.tile_options(seq, config.hidden_size, word_slots)["BLOCK_S"]
-        sentence_block = triton_kernels.tile_options(seq, config.hidden_size, config.num_sentence_nodes)["BLOCK_S"]
+        options = triton_step.StepKernels(2, seq, config.hidden_size, config.num_sentence_nodes, config.window_size,
+                                          config.gate_normalization == "sigmoid_softmax").forward_options
+        word_block, sentence_block = options["WORD_BLOCK_S"], options["SENTENCE_BLOCK_S"]
         assert (word_block, sentence_block) == (2, 4) and padding > sentence_block
         expected = outputs_and_gradients(model, embeds, mask, "eager")
         actual = outputs_and_gradients(model, embeds, mask, "triton")
