@@ -24,7 +24,7 @@ import torch
 
 from .custom_operators import operator_name
 from .kernel_dispatch import triton_obstacles, uses_kernels
-from .triton_kernels import step_backward_kernel, step_forward_kernel, step_sums_kernel, tile_options
+from .triton_kernels import step_backward_kernel, step_forward_kernel, step_sums_kernel, tile_options, tiles_in_force
 
 FUSED_STEP_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 OPTIONS_NOT_COVERED = ("context_independent_content", "remove_output_gate")
@@ -141,11 +141,12 @@ class StepKernels:
 
     @classmethod
     def for_cells(cls, cells: torch.Tensor, sentence_cells: torch.Tensor, window_size: int, sigmoid_scores: bool):
-        """The launches for `c^{t-1}` `(batch, seq, hidden)` and `c_g^{t-1}` `(batch, nodes, hidden)`: one instance
-        per set of sizes (`step_kernels`), so that a training step with the shapes of the previous one works out no
-        grids or tile options."""
+        """The launches for `c^{t-1}` `(batch, seq, hidden)` and `c_g^{t-1}` `(batch, nodes, hidden)` under the tiling
+        in force (`triton_kernels.use_tiles`): one instance per set of sizes and tiling (`step_kernels`), so that a
+        training step with the shapes of the previous one works out no grids or tile options."""
         batch, seq, hidden = cells.shape
-        return step_kernels(batch, seq, hidden, sentence_cells.shape[1], window_size, sigmoid_scores)
+        nodes = sentence_cells.shape[1]
+        return step_kernels(batch, seq, hidden, nodes, window_size, sigmoid_scores, tiles_in_force())
 
     def sentence_tensors(self, **tensors) -> dict:
         """`tensors` as kernel arguments: as they are with sentence nodes, `None` (never read) without."""
@@ -198,8 +199,12 @@ class StepKernels:
 
 
 @functools.lru_cache(maxsize=64)
-def step_kernels(batch: int, seq: int, hidden: int, nodes: int, window_size: int, sigmoid_scores: bool) -> StepKernels:
-    """The `StepKernels` of these sizes, made once (they hold no tensors, and nothing changes them after `__init__`)."""
+def step_kernels(
+    batch: int, seq: int, hidden: int, nodes: int, window_size: int, sigmoid_scores: bool, tiling: tuple
+) -> StepKernels:
+    """The `StepKernels` of these sizes, made once (they hold no tensors, and nothing changes them after `__init__`)
+    per `tiling`: `triton_kernels.tiles_in_force()`, which `__init__` works the tile options out from, so that after
+    `use_tiles` a shape already launched takes the new tiles too."""
     return StepKernels(batch, seq, hidden, nodes, window_size, sigmoid_scores)
 
 
