@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import build, pad, random_ids, real, tiny_config
+from helpers import CANARY_BYTE, build, pad, random_ids, real, tiny_config
 
 from modeling_slstm import (
     SLSTMConfig,
@@ -37,6 +37,7 @@ REPO = HERE.parents[1]
 needs_triton = pytest.mark.skipif(
     TRITON_IMPORT_ERROR is not None, reason=f"{TRITON_IMPORT_ERROR}: pip install the test extra"
 )
+pytestmark = pytest.mark.usefixtures("guarded_kernel_buffers")  # every buffer a kernel writes, in guard regions
 LENGTHS = (5, 1, 3, 2)  # mixed, including a one-token sentence
 # Relative error = max |fused - readable| / max |readable| per tensor. The readable step rounds bf16 intermediates
 # (sigmoids, tanh, sums) that the kernels keep in float32, so bf16 differs by a few bf16 roundings.
@@ -499,6 +500,25 @@ def test_the_interpreter_takes_a_sentence_per_program(seq, window_size, nodes, m
     kernels = triton_step.StepKernels(batch, seq, 12, nodes, window_size, sigmoid_scores=True)
     assert math.prod(kernels.forward_grid) == batch * (2 if nodes else 1), kernels.forward_grid
     assert math.prod(kernels.backward_grid) == batch and kernels.position_blocks == 1, kernels.backward_grid
+
+
+def test_the_buffers_the_kernels_write_are_guarded(guarded_kernel_buffers):
+    """The step's launchers make every buffer its kernels write inside the guard regions of `guarded_kernel_buffers`
+    (which every test here takes), and a store one element past a buffer fails their check, which names it."""
+    cells, sentence_cells = torch.zeros(2, 3, 4), torch.zeros(2, 1, 4)
+    buffers = [
+        *triton_step.step_update_outputs(cells, sentence_cells),
+        *triton_step.step_update_gradients(torch.zeros(2, 5), cells, sentence_cells),
+        triton_step.kept_products(2, cells, torch.zeros(8, 4)),
+        triton_step.d_product_room(torch.zeros(2, 3, 8), (None, None), 1),
+    ]
+    guarded = [(whole[start:end].data_ptr(), end - start) for whole, start, end, _ in guarded_kernel_buffers.guarded]
+    assert guarded == [(buffer.data_ptr(), buffer.numel()) for buffer in buffers]
+    whole, _, end, _ = guarded_kernel_buffers.guarded[-1]
+    whole[end] = 0.0
+    with pytest.raises(AssertionError, match=r"d_product_room's \(2, 3, 8\) torch.float32 at elements 48 to 48"):
+        guarded_kernel_buffers.assert_guards_intact()
+    whole[end : end + 1].view(torch.uint8).fill_(CANARY_BYTE)  # intact again for the fixture's check
 
 
 def fused_launches(monkeypatch) -> list[str]:
