@@ -329,15 +329,13 @@ def test_step_kernel_costs_of_the_paper_configuration():
 def test_the_tile_sweep_times_each_tiling(monkeypatch):
     """`benchmark_kernel_tiles.py` times every tiling of its sweep on the same shape, in turn: each call's launches
     are those its own tiling makes (anew), not those of the tiling that launched the shape first. The paper
-    configuration at 32 x 64 words, with a GPU's tiles (in the interpreter its calls take a sentence per tile)."""
+    configuration at 32 x 64 words."""
     pytest.importorskip("triton")
     from types import SimpleNamespace
 
     from modeling_slstm import triton_kernels, triton_step
     from run_scripts.benchmarks.benchmark_kernel_tiles import TileSweepArguments, tiled_call, tilings
 
-    monkeypatch.setattr(triton_kernels, "KERNELS_INTERPRETED", False)
-    triton_step.step_kernels.cache_clear()  # launches cached in this process were worked out for the interpreter
     for name in ("GPU_TILES", "TILE_IN_THE_INTERPRETER"):  # as they are, restored after the sweep's `use_tiles`
         monkeypatch.setattr(triton_kernels, name, getattr(triton_kernels, name))
     cells, sentence_cells = torch.empty(32, 64, 300, device="meta"), torch.empty(32, 1, 300, device="meta")
@@ -351,8 +349,7 @@ def test_the_tile_sweep_times_each_tiling(monkeypatch):
     timing.time_interleaved(calls, torch.device("cpu"), timing.Timing(warmup=0, repeats=2, min_time=0, max_repeats=2))
     made_anew = []
     for tiles in sweep:
-        triton_kernels.use_tiles(tiles)
+        triton_kernels.use_tiles(tiles, in_the_interpreter=True)
         made_anew.append(vars(triton_step.StepKernels(32, 64, 300, 1, 1, True)))
-    triton_step.step_kernels.cache_clear()  # nor are these the interpreter's
     assert launched == made_anew * 2
     assert len({repr(launches) for launches in made_anew}) >= len(sweep) - 2  # 2 pairs' caps not reached here
