@@ -1,6 +1,7 @@
 """Where the package's Triton kernels run: the one module that imports Triton, knows whether its kernels are
 interpreted, checks a tensor's device, and chooses between the kernels and the PyTorch code they mirror
-(`uses_kernels`), for the fused recurrence (`triton_step.py`) and the CRF (`crf.py`) alike.
+(`uses_kernels`), for the fused recurrence (`triton_step.py`) and the CRF (`crf.py`) alike; and the one function that
+allocates what the kernels write (`kernel_buffer`).
 
 Each caller names its own obstacles (options the kernels do not cover, dtypes, sizes) and adds `triton_obstacles`
 (Triton missing, or the tensors on a device the kernels cannot reach); `uses_kernels` applies the one rule of
@@ -111,3 +112,10 @@ def uses_kernels(implementation: str, tensor: torch.Tensor, obstacles: list[str]
     if obstacles:
         raise ValueError(f"{setting}='triton' cannot run {kernels} here: {'; '.join(obstacles)}")
     return True
+
+
+def kernel_buffer(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> torch.Tensor:
+    """An empty contiguous tensor of `shape` on `like`'s device, in `dtype` (default `like`'s), for a kernel to write:
+    every buffer that the kernels write is made here, so that the tests can hand out each one inside guard regions
+    and catch a store outside it (a GPU runs such a store silently)."""
+    return like.new_empty(shape, dtype=like.dtype if dtype is None else dtype)

@@ -31,7 +31,7 @@ Triton is optional: this module imports without it (see `kernel_dispatch.py`), a
 import torch
 
 from .custom_operators import operator_name
-from .kernel_dispatch import RUN_TIME_SIZES, tl, triton
+from .kernel_dispatch import RUN_TIME_SIZES, kernel_buffer, tl, triton
 from .validation import IGNORE_INDEX
 
 MAX_KERNEL_TAGS = 128
@@ -291,9 +291,8 @@ def crf_log_likelihood(
     )
     batch, seq, num_tags = emissions.shape
     settings = _launch_settings(num_tags)
-    log_likelihoods = emissions.new_empty(batch, dtype=torch.float32)
-    alphas = emissions.new_empty(batch, seq, settings["BLOCK_TAGS"], dtype=torch.float32)
-    log_partitions = torch.empty_like(log_likelihoods)
+    log_likelihoods, log_partitions = (kernel_buffer(emissions, (batch,), torch.float32) for _ in range(2))
+    alphas = kernel_buffer(emissions, (batch, seq, settings["BLOCK_TAGS"]), torch.float32)
     log_likelihood_forward_kernel[(batch,)](
         emissions_ptr=emissions, tags_ptr=tags, mask_ptr=mask, start_ptr=start, end_ptr=end,
         transitions_ptr=transitions, start_allowed_ptr=start_allowed, end_allowed_ptr=end_allowed,
@@ -336,8 +335,8 @@ def crf_log_likelihood_backward(
     )  # fmt: skip
     start_allowed, end_allowed, transition_allowed, alphas, log_partitions = rest
     batch, seq, num_tags = emissions.shape
-    d_emissions = emissions.new_empty(emissions.shape)
-    d_moves = emissions.new_empty(batch, num_tags + 2, num_tags, dtype=torch.float32)
+    d_emissions = kernel_buffer(emissions, emissions.shape)
+    d_moves = kernel_buffer(emissions, (batch, num_tags + 2, num_tags), torch.float32)
     log_likelihood_backward_kernel[(batch,)](
         d_log_likelihood_ptr=d_log_likelihood, emissions_ptr=emissions, tags_ptr=tags, mask_ptr=mask, start_ptr=start,
         end_ptr=end, transitions_ptr=transitions, start_allowed_ptr=start_allowed, end_allowed_ptr=end_allowed,
@@ -402,14 +401,14 @@ def crf_viterbi(
     )
     batch, seq, num_tags = emissions.shape
     settings = _launch_settings(num_tags)
-    paths = emissions.new_empty(batch, seq, dtype=torch.long)
-    max_marginals = emissions.new_empty((batch, seq, num_tags) if with_max_marginals else (0,), dtype=torch.float32)
+    paths = kernel_buffer(emissions, (batch, seq), torch.long)
+    max_marginals = kernel_buffer(emissions, (batch, seq, num_tags) if with_max_marginals else (0,), torch.float32)
+    scratch = (batch, seq, settings["BLOCK_TAGS"])  # the best previous tags, and the forward scores
     viterbi_kernel[(batch,)](
         emissions_ptr=emissions, mask_ptr=mask, start_ptr=start, end_ptr=end, transitions_ptr=transitions,
         start_allowed_ptr=start_allowed, end_allowed_ptr=end_allowed, transition_allowed_ptr=transition_allowed,
-        best_previous_ptr=emissions.new_empty(batch, seq, settings["BLOCK_TAGS"], dtype=torch.int32),
-        alphas_ptr=emissions.new_empty(batch, seq, settings["BLOCK_TAGS"], dtype=torch.float32)
-        if with_max_marginals else None, paths_ptr=paths,
+        best_previous_ptr=kernel_buffer(emissions, scratch, torch.int32),
+        alphas_ptr=kernel_buffer(emissions, scratch, torch.float32) if with_max_marginals else None, paths_ptr=paths,
         max_marginals_ptr=max_marginals if with_max_marginals else None, seq=seq, num_tags=num_tags,
         tie_margin=tie_margin, lowest=torch.finfo(torch.float32).min, WITH_MAX_MARGINALS=with_max_marginals,
         **settings,

@@ -772,6 +772,12 @@ def use_tiles(tiles: KernelTiles, in_the_interpreter: bool = False):
     GPU_TILES, TILE_IN_THE_INTERPRETER = tiles, in_the_interpreter
 
 
+def tiles_in_force() -> tuple[KernelTiles, bool]:
+    """The tiling that `tile_options` follows now, `(tiles, in_the_interpreter)` as `use_tiles` last set them (so
+    that `use_tiles(*tiles_in_force())` restores it)."""
+    return GPU_TILES, TILE_IN_THE_INTERPRETER
+
+
 def tile_options(seq: int, hidden: int, slots: int, backward: bool = False) -> dict[str, int]:
     """The launch options `BLOCK_S`, `BLOCK_H` (tiles `(BLOCK_S, slots, BLOCK_H)`) and `num_warps`, and with
     `backward` the backward's tiles and its `TILES` per program: on a GPU as `GPU_TILES` says, the same for every

@@ -23,8 +23,8 @@ from typing import NamedTuple
 import torch
 
 from .custom_operators import operator_name
-from .kernel_dispatch import triton_obstacles, uses_kernels
-from .triton_kernels import step_backward_kernel, step_forward_kernel, step_sums_kernel, tile_options
+from .kernel_dispatch import kernel_buffer, triton_obstacles, uses_kernels
+from .triton_kernels import step_backward_kernel, step_forward_kernel, step_sums_kernel, tile_options, tiles_in_force
 
 FUSED_STEP_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 OPTIONS_NOT_COVERED = ("context_independent_content", "remove_output_gate")
@@ -188,11 +188,12 @@ class StepKernels:
 
     @classmethod
     def for_cells(cls, cells: torch.Tensor, sentence_cells: torch.Tensor, window_size: int, sigmoid_scores: bool):
-        """The launches for `c^{t-1}` `(batch, seq, hidden)` and `c_g^{t-1}` `(batch, nodes, hidden)`: one instance
-        per set of sizes (`step_kernels`), so that a training step with the shapes of the previous one works out no
-        grids or tile options."""
+        """The launches for `c^{t-1}` `(batch, seq, hidden)` and `c_g^{t-1}` `(batch, nodes, hidden)` under the tiling
+        in force (`triton_kernels.use_tiles`): one instance per set of sizes and tiling (`step_kernels`), so that a
+        training step with the shapes of the previous one works out no grids or tile options."""
         batch, seq, hidden = cells.shape
-        return step_kernels(batch, seq, hidden, sentence_cells.shape[1], window_size, sigmoid_scores)
+        nodes = sentence_cells.shape[1]
+        return step_kernels(batch, seq, hidden, nodes, window_size, sigmoid_scores, tiles_in_force())
 
     def sentence_tensors(self, **tensors) -> dict:
         """`tensors` as kernel arguments: as they are with sentence nodes, `None` (never read) without."""
@@ -223,7 +224,7 @@ class StepKernels:
         d_sentence_terms, d_prev_cells, d_prev_sentence_cells = gradients
         partials = None
         if self.nodes:  # float32 partial sums per position block, (blocks, sentence_gradients_size)
-            partials = cells.new_empty(self.position_blocks, self.sentence_gradients_size, dtype=torch.float32)
+            partials = kernel_buffer(cells, (self.position_blocks, self.sentence_gradients_size), torch.float32)
         step_backward_kernel[self.backward_grid](
             d_states_ptr=d_states, d_output_states_ptr=d_output_states, d_cells_ptr=d_cells, product_ptr=product,
             input_terms_ptr=input_terms, cells_ptr=cells, mask_ptr=mask, lengths_ptr=lengths,
@@ -244,8 +245,12 @@ class StepKernels:
 
 
 @functools.lru_cache(maxsize=64)
-def step_kernels(batch: int, seq: int, hidden: int, nodes: int, window_size: int, sigmoid_scores: bool) -> StepKernels:
-    """The `StepKernels` of these sizes, made once (they hold no tensors, and nothing changes them after `__init__`)."""
+def step_kernels(
+    batch: int, seq: int, hidden: int, nodes: int, window_size: int, sigmoid_scores: bool, tiling: tuple
+) -> StepKernels:
+    """The `StepKernels` of these sizes, made once (they hold no tensors, and nothing changes them after `__init__`)
+    per `tiling`: `triton_kernels.tiles_in_force()`, which `__init__` works the tile options out from, so that after
+    `use_tiles` a shape already launched takes the new tiles too."""
     return StepKernels(batch, seq, hidden, nodes, window_size, sigmoid_scores)
 
 
@@ -274,9 +279,10 @@ def step_update_outputs(cells, sentence_cells):
     """Empty `(h^t, c^t)` like `cells`, `(g^t, c_g^t)` like `sentence_cells`, and float32 statistics
     `(batch, 4, nodes, hidden)`."""
     batch, nodes, hidden = sentence_cells.shape
-    statistics = sentence_cells.new_empty(batch, 4, nodes, hidden, dtype=torch.float32)
-    sentence_outputs = (torch.empty_like(sentence_cells), torch.empty_like(sentence_cells), statistics)
-    return torch.empty_like(cells), torch.empty_like(cells), *sentence_outputs
+    new_states, new_cells = (kernel_buffer(cells, cells.shape) for _ in range(2))
+    new_sentence_states, new_sentence_cells = (kernel_buffer(sentence_cells, sentence_cells.shape) for _ in range(2))
+    statistics = kernel_buffer(sentence_cells, (batch, 4, nodes, hidden), torch.float32)
+    return new_states, new_cells, new_sentence_states, new_sentence_cells, statistics
 
 
 @step_update.register_fake
@@ -329,9 +335,11 @@ def step_update_gradients(sentence_terms, cells, sentence_cells):
     """Empty gradients of the sentence terms (empty without sentence nodes), and the pairs of parts `(2, *shape)` of
     the gradients of `c^{t-1}` and `c_g^{t-1}` (one part without sentence nodes)."""
     parts = 2 if sentence_cells.shape[1] else 1
-    d_sentence_terms = cells.new_empty(0) if sentence_terms is None else torch.empty_like(sentence_terms)
-    d_prev_cells = cells.new_empty(parts, *cells.shape)
-    d_prev_sentence_cells = sentence_cells.new_empty(parts, *sentence_cells.shape)
+    d_sentence_terms = cells.new_empty(0)
+    if sentence_terms is not None:
+        d_sentence_terms = kernel_buffer(sentence_terms, sentence_terms.shape)
+    d_prev_cells = kernel_buffer(cells, (parts, *cells.shape))
+    d_prev_sentence_cells = kernel_buffer(sentence_cells, (parts, *sentence_cells.shape))
     return d_sentence_terms, d_prev_cells, d_prev_sentence_cells
 
 
@@ -463,7 +471,7 @@ def kept_products(num_steps: int, states: torch.Tensor, words_weight: torch.Tens
     shape = (num_steps, batch * seq, words_weight.shape[0])
     if shape[0] * shape[1] * shape[2] * words_weight.element_size() > kept_products_limit(states.device):
         return None
-    return words_weight.new_empty(shape)
+    return kernel_buffer(words_weight, shape)
 
 
 def d_product_room(product: torch.Tensor, step_products: tuple, step: int) -> torch.Tensor:
@@ -472,7 +480,7 @@ def d_product_room(product: torch.Tensor, step_products: tuple, step: int) -> to
     there is none (the last step, or products recomputed)."""
     if step + 1 < len(step_products) and step_products[step + 1] is not None:
         return step_products[step + 1].view_as(product)
-    return torch.empty_like(product)
+    return kernel_buffer(product, product.shape)
 
 
 def per_step(products: torch.Tensor | None, num_steps: int) -> tuple:
@@ -555,7 +563,7 @@ class FusedRecurrence(torch.autograd.Function):
         d_output_states = (*d_word_outputs[:-1], None)  # the encoder outputs' gradients beside the recurrence's
         d_cells = d_sentence_cells = None  # none after the last step
         d_words_weight = None
-        d_input_terms = torch.empty_like(input_terms, dtype=torch.float32)  # summed over the steps by the kernel
+        d_input_terms = kernel_buffer(input_terms, input_terms.shape, torch.float32)  # summed over the steps
         d_sentence_terms_per_step = []
         step_products = per_step(products, options.num_steps)
         with torch.autocast(input_terms.device.type, enabled=False):

@@ -3,6 +3,7 @@
 - `isolated_hf_caches` (every test): the Hugging Face caches in a temporary folder and the Hub offline, for this
   process and for every script, launcher or fresh interpreter a test starts (they inherit the environment).
 - `shared_data`: the benchmark corpora beside the repository (`../shared/data`, or `$SLSTM_SHARED_DATA`).
+- `guarded_kernel_buffers`: every buffer the Triton kernels write inside guard regions, checked after the test.
 
 The plugin `file_progress.py` prints a line as each test file finishes (the share of the run done, the file's
 outcomes and seconds, the time so far) and, at the end, the run's wall time and its slowest files.
@@ -14,6 +15,7 @@ them there; with a GPU they are compiled for it.
 """
 
 import os
+import sys
 from pathlib import Path
 
 import datasets
@@ -24,7 +26,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from helpers import shared_data_root
+from helpers import CheckedKernel, GuardedKernelBuffers, shared_data_root
 
 pytest_plugins = ["file_progress"]
 
@@ -65,3 +67,24 @@ def shared_data():
         return path
 
     return find
+
+
+@pytest.fixture
+def guarded_kernel_buffers(monkeypatch) -> GuardedKernelBuffers:
+    """Every buffer that the package allocates for a Triton kernel to write (`kernel_dispatch.kernel_buffer`, in each
+    of its modules that imports it) inside guard regions (`GuardedKernelBuffers`), which must be intact when the test
+    ends: a kernel's store outside its buffer fails the test by an assertion that names the buffer, where the
+    interpreter would crash or write over other memory, and a GPU run on silently. Each kernel is launched through a
+    `CheckedKernel`, which fails on an empty tensor (one that no guard region can surround)."""
+    from modeling_slstm import kernel_dispatch
+
+    guards = GuardedKernelBuffers(kernel_dispatch.kernel_buffer)
+    modules = [module for name, module in list(sys.modules.items()) if name.partition(".")[0] == "modeling_slstm"]
+    for module in modules:
+        for name, value in list(vars(module).items()):
+            if value is guards.allocate:
+                monkeypatch.setattr(module, name, guards)
+            elif name.endswith("_kernel") and hasattr(value, "run"):  # a Triton kernel, by the package's naming
+                monkeypatch.setattr(module, name, CheckedKernel(value, name))
+    yield guards
+    guards.assert_guards_intact()

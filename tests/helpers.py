@@ -1,9 +1,13 @@
-"""Tiny S-LSTM configs, models and batches shared by the tests (imported as `helpers`), and where the shared
-benchmark data lies."""
+"""Tiny S-LSTM configs, models and batches shared by the tests (imported as `helpers`), where the shared benchmark
+data lies, and the guard regions around the buffers that the Triton kernels write (`GuardedKernelBuffers`,
+`CheckedKernel`)."""
 
+import inspect
+import math
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from modeling_slstm import SLSTMConfig, SLSTMForTokenClassification
@@ -193,3 +197,80 @@ def markdown_rows(text: str) -> list[dict[str, str]]:
         elif not all(set(cell) <= set("-: ") for cell in cells):
             rows.append(dict(zip(header, cells, strict=True)))
     return rows
+
+
+CANARY_BYTE = 0xFF
+"""Every byte of a kernel buffer's guard regions (and of the buffer before the kernel writes it): NaN in every float
+dtype, -1 in the integer ones. A kernel stores no such value (its NaNs are quiet NaNs without a payload, its tags and
+indices are never -1), so a changed guard byte is a store outside the buffer."""
+SMALLEST_GUARD = 4096
+"""Elements of each guard region at least; a region is as long as its buffer where that is longer (a store past the
+end of a sentence, or of the last position block, lands within one buffer's length of it), rounded up to 16 elements
+(a buffer then starts 16-byte aligned, as Triton specialises its pointers on a GPU)."""
+
+
+class GuardedKernelBuffers:
+    """Stands in for `kernel_dispatch.kernel_buffer` (`allocate`): hands out each buffer as the middle of a larger
+    tensor whose bytes are all `CANARY_BYTE` (so what a kernel leaves unwritten reads as NaN), and checks with
+    `assert_guards_intact` that no byte before or after any buffer changed. Under `torch.compile`'s tracing (fake
+    tensors, nothing stored) the buffers are `allocate`'s."""
+
+    def __init__(self, allocate):
+        self.allocate = allocate
+        self.guarded = []  # (the whole tensor, where the buffer starts and ends in it, what the buffer is)
+
+    def __call__(self, like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> torch.Tensor:
+        if torch.compiler.is_compiling() or type(like) not in (torch.Tensor, torch.nn.Parameter):
+            return self.allocate(like, shape, dtype)
+        size = math.prod(shape)
+        guard = -(-max(size, SMALLEST_GUARD) // 16) * 16
+        whole = torch.empty(guard + size + guard, dtype=like.dtype if dtype is None else dtype, device=like.device)
+        if whole.device.type == "cpu":  # NumPy, one thread: PyTorch's pool waits for a busy machine's cores (ms)
+            whole.view(torch.uint8).numpy().fill(CANARY_BYTE)
+        else:
+            whole.view(torch.uint8).fill_(CANARY_BYTE)
+        frame = inspect.currentframe().f_back
+        while frame.f_code.co_name.startswith("<") and frame.f_back:  # a generator expression: what runs it
+            frame = frame.f_back
+        allocator = frame.f_code.co_qualname
+        self.guarded.append((whole, guard, guard + size, f"{allocator}'s {tuple(shape)} {whole.dtype}"))
+        return whole[guard : guard + size].view(shape)
+
+    def assert_guards_intact(self):
+        """Fails, naming each buffer and the elements (counted from its start) written outside it, where a kernel
+        stored outside its buffer."""
+        damaged = []
+        for whole, start, end, name in self.guarded:
+            # NumPy, for the reason given in `__call__`
+            guard_bytes = whole.view(torch.uint8).cpu().numpy()
+            width = whole.element_size()
+            changed_before = np.flatnonzero(guard_bytes[: start * width] != CANARY_BYTE) // width - start
+            changed_after = np.flatnonzero(guard_bytes[end * width :] != CANARY_BYTE) // width + end - start
+            outside = np.unique(np.concatenate([changed_before, changed_after]))
+            if len(outside):
+                damaged.append(
+                    f"{name} at elements {outside.min()} to {outside.max()} ({len(outside)} written; it holds 0 to "
+                    f"{end - start - 1})"
+                )
+        assert not damaged, f"kernels stored outside their buffers: {'; '.join(damaged)}"
+
+
+class CheckedKernel:
+    """Stands in for a Triton kernel: `kernel[grid](...)` launches it after checking that none of its tensors is
+    empty. An empty tensor has a null pointer (`data_ptr()` is 0, whatever its storage), which no guard region can
+    surround: a store through it (e.g. into a buffer a block too small, where there was one block) would crash the
+    interpreter rather than fail a test."""
+
+    def __init__(self, kernel, name: str):
+        self.kernel, self.name = kernel, name
+
+    def __getitem__(self, grid):
+        launch = self.kernel[grid]
+
+        def checked(*args, **kwargs):
+            arguments = {**dict(enumerate(args)), **kwargs}
+            empty = [name for name, value in arguments.items() if torch.is_tensor(value) and not value.numel()]
+            assert not empty, f"{self.name} got empty tensors (null pointers) for {empty}"
+            return launch(*args, **kwargs)
+
+        return checked

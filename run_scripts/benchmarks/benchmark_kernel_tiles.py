@@ -75,10 +75,11 @@ def tilings(arguments: TileSweepArguments) -> list[triton_kernels.KernelTiles]:
 
 
 def tiled_call(timed: TimedModel, tiles: triton_kernels.KernelTiles):
-    """A training step of `timed` with the kernels tiled as `tiles`."""
+    """A training step of `timed` with the kernels tiled as `tiles` (in Triton's interpreter too, whose launches
+    would otherwise take a sentence per tile whatever the tiling)."""
 
     def call():
-        triton_kernels.use_tiles(tiles)
+        triton_kernels.use_tiles(tiles, in_the_interpreter=True)
         timed.forward_backward()
 
     return call

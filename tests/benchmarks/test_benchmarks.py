@@ -313,7 +313,7 @@ def test_step_kernel_costs_of_the_paper_configuration():
     from modeling_slstm import triton_kernels
     from run_scripts.benchmarks.benchmark_step_kernel_costs import StepCostArguments, launch_costs
 
-    previous = (triton_kernels.GPU_TILES, triton_kernels.TILE_IN_THE_INTERPRETER)
+    previous = triton_kernels.tiles_in_force()
     triton_kernels.use_tiles(triton_kernels.KernelTiles(), in_the_interpreter=True)
     try:
         forward, backward, sums = launch_costs(32, 512, StepCostArguments())
@@ -324,3 +324,32 @@ def test_step_kernel_costs_of_the_paper_configuration():
     assert (forward["passes"], backward["passes"], sums["passes"]) == (16, 1, 86)
     assert backward["programs"] == 32 * 86 * 19  # position blocks x hidden blocks of 16 (300 units)
     assert sums["bytes"] > partials and backward["bytes"] > forward["bytes"] > 0
+
+
+def test_the_tile_sweep_times_each_tiling(monkeypatch):
+    """`benchmark_kernel_tiles.py` times every tiling of its sweep on the same shape, in turn: each call's launches
+    are those its own tiling makes (anew), not those of the tiling that launched the shape first. The paper
+    configuration at 32 x 64 words."""
+    pytest.importorskip("triton")
+    from types import SimpleNamespace
+
+    from modeling_slstm import triton_kernels, triton_step
+    from run_scripts.benchmarks.benchmark_kernel_tiles import TileSweepArguments, tiled_call, tilings
+
+    for name in ("GPU_TILES", "TILE_IN_THE_INTERPRETER"):  # as they are, restored after the sweep's `use_tiles`
+        monkeypatch.setattr(triton_kernels, name, getattr(triton_kernels, name))
+    cells, sentence_cells = torch.empty(32, 64, 300, device="meta"), torch.empty(32, 1, 300, device="meta")
+    launched = []  # each call's launches, as their attributes
+
+    def forward_backward():
+        launched.append(vars(triton_step.StepKernels.for_cells(cells, sentence_cells, 1, True)))
+
+    sweep = tilings(TileSweepArguments())
+    calls = {tiles: tiled_call(SimpleNamespace(forward_backward=forward_backward), tiles) for tiles in sweep}
+    timing.time_interleaved(calls, torch.device("cpu"), timing.Timing(warmup=0, repeats=2, min_time=0, max_repeats=2))
+    made_anew = []
+    for tiles in sweep:
+        triton_kernels.use_tiles(tiles, in_the_interpreter=True)
+        made_anew.append(vars(triton_step.StepKernels(32, 64, 300, 1, 1, True)))
+    assert launched == made_anew * 2
+    assert len({repr(launches) for launches in made_anew}) >= len(sweep) - 2  # 2 pairs' caps not reached here

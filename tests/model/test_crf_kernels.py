@@ -42,6 +42,7 @@ def kernel_device() -> tuple[torch.device | None, str]:
 
 DEVICE, NO_DEVICE_REASON = kernel_device()
 needs_kernels = pytest.mark.skipif(DEVICE is None, reason=NO_DEVICE_REASON)
+pytestmark = pytest.mark.usefixtures("guarded_kernel_buffers")  # every buffer a kernel writes, in guard regions
 
 
 def on_device(crf: ConditionalRandomField, inputs: dict, device: torch.device) -> tuple:

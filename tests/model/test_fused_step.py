@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import build, pad, random_ids, real, tiny_config
+from helpers import CANARY_BYTE, build, pad, random_ids, real, tiny_config
 
 from modeling_slstm import (
     SLSTMConfig,
@@ -37,6 +37,7 @@ REPO = HERE.parents[1]
 needs_triton = pytest.mark.skipif(
     TRITON_IMPORT_ERROR is not None, reason=f"{TRITON_IMPORT_ERROR}: pip install the test extra"
 )
+pytestmark = pytest.mark.usefixtures("guarded_kernel_buffers")  # every buffer a kernel writes, in guard regions
 LENGTHS = (5, 1, 3, 2)  # mixed, including a one-token sentence
 # Relative error = max |fused - readable| / max |readable| per tensor. The readable step rounds bf16 intermediates
 # (sigmoids, tanh, sums) that the kernels keep in float32, so bf16 differs by a few bf16 roundings.
@@ -318,13 +319,13 @@ def test_fused_gradients_for_any_upstream_gradient_layout(case, device, monkeypa
 
 
 @contextlib.contextmanager
-def kernel_tiles(**tiles):
-    """The kernels tiled by `KernelTiles(**tiles)`, in the interpreter too (where they take a sentence per tile
-    otherwise); the previous tiling is restored on exit."""
+def kernel_tiles(in_the_interpreter: bool = True, **tiles):
+    """The kernels tiled by `KernelTiles(**tiles)`, by default in the interpreter too (where they take a sentence per
+    tile otherwise); the previous tiling is restored on exit."""
     from modeling_slstm import triton_kernels
 
-    previous = (triton_kernels.GPU_TILES, triton_kernels.TILE_IN_THE_INTERPRETER)
-    triton_kernels.use_tiles(triton_kernels.KernelTiles(**tiles), in_the_interpreter=True)
+    previous = triton_kernels.tiles_in_force()
+    triton_kernels.use_tiles(triton_kernels.KernelTiles(**tiles), in_the_interpreter)
     try:
         yield
     finally:
@@ -493,6 +494,64 @@ def test_the_backward_programs_grow_with_the_sentence():
         assert math.prod(grids[1]) >= 4 * math.prod(grids[0]), (launch, grids)
         options = [getattr(kernels, f"{launch}_options") for kernels in (short, long)]
         assert options[1] == {**options[0], "seq": 512}, launch
+
+
+@needs_triton
+def test_use_tiles_holds_for_a_shape_already_launched():
+    """The launches are worked out once per shape (`StepKernels.for_cells`), and `use_tiles` holds for every later
+    launch: at 32 x 64 words x 300 hidden units, the launches under a tiling are those it makes anew (uncached),
+    after launches of the same shape under another tiling (wider backward tiles, then the interpreter's own), and
+    again after a return to the first."""
+    cells, sentence_cells = torch.empty(32, 64, 300, device="meta"), torch.empty(32, 1, 300, device="meta")
+
+    def launches(in_the_interpreter=True, **tiles) -> dict:
+        with kernel_tiles(in_the_interpreter, **tiles):
+            cached = vars(triton_step.StepKernels.for_cells(cells, sentence_cells, 1, True))
+            assert cached == vars(triton_step.StepKernels(32, 64, 300, 1, 1, True)), (in_the_interpreter, tiles)
+        return cached
+
+    first = launches()
+    wide = launches(backward_values_per_tile=4096, backward_max_block_h=32)
+    launches(in_the_interpreter=False)
+    assert launches() == first
+    assert (first["backward_options"]["BLOCK_H"], wide["backward_options"]["BLOCK_H"]) == (16, 32)
+
+
+@needs_triton
+@pytest.mark.parametrize("seq", [1, 5, 16, 32, 37])  # 16 and 32: powers of 2 (the positions alone fill a tile)
+@pytest.mark.parametrize(("window_size", "nodes"), [(1, 1), (2, 0), (2, 2)])
+def test_the_interpreter_takes_a_sentence_per_program(seq, window_size, nodes, monkeypatch):
+    """The interpreter pays per program, and takes a sentence per program (`tile_options`): the forward's word body
+    and (with sentence nodes) its sentence body one program each, the backward one, whose tile holds the sentence's
+    positions and its `w` halo rows on each side; at any length, a power of 2 included (where the positions alone
+    fill a tile, the halo rows would take a second)."""
+    from modeling_slstm import triton_kernels
+
+    monkeypatch.setattr(triton_kernels, "KERNELS_INTERPRETED", True)  # the interpreter's tiles, wherever this runs
+    monkeypatch.setattr(triton_kernels, "TILE_IN_THE_INTERPRETER", False)
+    batch = 3
+    kernels = triton_step.StepKernels(batch, seq, 12, nodes, window_size, sigmoid_scores=True)
+    assert math.prod(kernels.forward_grid) == batch * (2 if nodes else 1), kernels.forward_grid
+    assert math.prod(kernels.backward_grid) == batch and kernels.position_blocks == 1, kernels.backward_grid
+
+
+def test_the_buffers_the_kernels_write_are_guarded(guarded_kernel_buffers):
+    """The step's launchers make every buffer its kernels write inside the guard regions of `guarded_kernel_buffers`
+    (which every test here takes), and a store one element past a buffer fails their check, which names it."""
+    cells, sentence_cells = torch.zeros(2, 3, 4), torch.zeros(2, 1, 4)
+    buffers = [
+        *triton_step.step_update_outputs(cells, sentence_cells),
+        *triton_step.step_update_gradients(torch.zeros(2, 5), cells, sentence_cells),
+        triton_step.kept_products(2, cells, torch.zeros(8, 4)),
+        triton_step.d_product_room(torch.zeros(2, 3, 8), (None, None), 1),
+    ]
+    guarded = [(whole[start:end].data_ptr(), end - start) for whole, start, end, _ in guarded_kernel_buffers.guarded]
+    assert guarded == [(buffer.data_ptr(), buffer.numel()) for buffer in buffers]
+    whole, _, end, _ = guarded_kernel_buffers.guarded[-1]
+    whole[end] = 0.0
+    with pytest.raises(AssertionError, match=r"d_product_room's \(2, 3, 8\) torch.float32 at elements 48 to 48"):
+        guarded_kernel_buffers.assert_guards_intact()
+    whole[end : end + 1].view(torch.uint8).fill_(CANARY_BYTE)  # intact again for the fixture's check
 
 
 def fused_launches(monkeypatch) -> list[str]:
