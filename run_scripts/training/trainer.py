@@ -126,8 +126,10 @@ class SLSTMTrainer(Trainer):
     def evaluation_loop(self, *args, **kwargs):
         """The Trainer's evaluation and prediction loop on the run's threads (`--threads`, which a number forces): the
         model's own choice for CPU inference (`config.inference_threads`) is set aside meanwhile, and is what the
-        saved config keeps."""
+        saved config keeps. A model without that choice (a pretrained encoder of the Hub's) runs as it is."""
         config = self.model.config
+        if not hasattr(config, "inference_threads"):
+            return super().evaluation_loop(*args, **kwargs)
         models_choice, config.inference_threads = config.inference_threads, "torch"
         try:
             return super().evaluation_loop(*args, **kwargs)

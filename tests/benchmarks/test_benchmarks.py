@@ -352,4 +352,6 @@ def test_the_tile_sweep_times_each_tiling(monkeypatch):
         triton_kernels.use_tiles(tiles, in_the_interpreter=True)
         made_anew.append(vars(triton_step.StepKernels(32, 64, 300, 1, 1, True)))
     assert launched == made_anew * 2
-    assert len({repr(launches) for launches in made_anew}) >= len(sweep) - 2  # 2 pairs' caps not reached here
+    # Caps not reached at this shape: max_block_s 64 and 128 give 32's tiles at 2048 values a tile (3 tilings alike),
+    # and 4096 and 8192 values the same at max_block_s 32 (2 alike).
+    assert len({repr(launches) for launches in made_anew}) >= len(sweep) - 3
