@@ -237,16 +237,25 @@ def spinning(cores: list[int]):
             spinner.wait()
 
 
+def over_machine_states(args, function: str = "benchmark_busy_machine.time_workload", rounds: int = 1) -> dict:
+    """`run_in_fresh_process(args, setting, function)` for each of `args.settings`, `rounds` times over (the settings
+    alternate), with each of `args.busy_cores` cores kept busy in turn: `{(busy cores, setting): [result, ...]}`."""
+    cores = sorted(os.sched_getaffinity(0))
+    results = {}
+    for busy in args.busy_cores:
+        with spinning(cores[len(cores) - busy :]):
+            for _ in range(rounds):
+                for setting in args.settings:
+                    results.setdefault((busy, setting), []).append(run_in_fresh_process(args, setting, function))
+    return results
+
+
 def main(argv=None) -> dict:
     args = parse_arguments(BusyMachineArguments, argv, description=__doc__)
     cores = sorted(os.sched_getaffinity(0))
     load_before = os.getloadavg()[0]  # other jobs of a shared machine, beside the spinners
     started = time.perf_counter()
-    results = {}
-    for busy in args.busy_cores:
-        with spinning(cores[len(cores) - busy :]):
-            for setting in args.settings:
-                results[busy, setting] = run_in_fresh_process(args, setting)
+    results = {state: runs[0] for state, runs in over_machine_states(args).items()}
     info = machine_info(torch.device("cpu"))
     default_threads = [result["threads"] for (_, setting), result in results.items() if setting == "default"]
     print(

@@ -18,6 +18,8 @@ Prints the table and writes `<name>.csv` and `<name>.md` under `--output_dir`.
 
     python run_scripts/benchmarks/benchmark_kernel_resources.py
     python run_scripts/benchmarks/benchmark_kernel_resources.py --tasks ner --families step
+    python run_scripts/benchmarks/benchmark_kernel_resources.py --families step \
+        --config_overrides window_size=2,num_sentence_nodes=2   # the other windows and node counts a config allows
 """
 
 import os
@@ -57,6 +59,9 @@ class KernelResourceArguments:
     families: list[str] = field(default_factory=lambda: list(FAMILIES), metadata={"help": f"of {list(FAMILIES)}"})
     output_dir: Path = field(default=Path("."))
     name: str = field(default="kernel_resources")
+    config_overrides: str = field(
+        default="", metadata={"help": "applied to each task's config, as --config_overrides (window_size=2,...)"}
+    )
 
     def __post_init__(self):
         check_choices("tasks", self.tasks, TASKS)
@@ -64,10 +69,11 @@ class KernelResourceArguments:
         self.output_dir = Path(self.output_dir)
 
 
-def task_variants(task: str, kernels: set[str]) -> dict[str, kernel_compiles.Launch]:
+def task_variants(task: str, kernels: set[str], config_overrides: str = "") -> dict[str, kernel_compiles.Launch]:
     """The distinct compiled variants of `kernels` that a training step and an evaluation forward of `task`'s paper
-    config launch, each by its specialisation key, with its first launch."""
-    launches = epoch_launches(paper_model(task, "triton"), [RECORDED_WIDTH], batch_size=2)
+    config (with `config_overrides`) launch, each by its specialisation key, with its first launch."""
+    model = paper_model(task, "triton", config_overrides=config_overrides)
+    launches = epoch_launches(model, [RECORDED_WIDTH], batch_size=2)
     by_kernel = kernel_compiles.distinct_keys([launch for launch in launches if launch.kernel in kernels])
     return {key: launch for by_key in by_kernel.values() for key, launch in by_key.items()}
 
@@ -88,7 +94,7 @@ def variant_labels(launches: list[kernel_compiles.Launch]) -> list[str]:
 def resource_rows(args: KernelResourceArguments) -> list[dict]:
     """One row per task, kernel and compiled variant (`FIELDS`); a variant two tasks share is compiled once."""
     kernels = {name for family in args.families for name in FAMILIES[family]}
-    variants = {task: task_variants(task, kernels) for task in args.tasks}
+    variants = {task: task_variants(task, kernels, args.config_overrides) for task in args.tasks}
     distinct = {key: launch for by_key in variants.values() for key, launch in by_key.items()}
     compiled = dict(zip(distinct, kernel_compiles.gpu_compiles(list(distinct.values())), strict=True))
     rows = []

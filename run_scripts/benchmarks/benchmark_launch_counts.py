@@ -74,13 +74,16 @@ class LaunchCountArguments:
             parse_shape(shape)
 
 
-def paper_model(task: str, implementation: str, hidden_size: int | None = None, device: str = "cpu"):
+def paper_model(
+    task: str, implementation: str, hidden_size: int | None = None, device: str = "cpu", config_overrides: str = ""
+):
     """A fresh model of the task's shipped config in training mode, seed 0, with `step_implementation`
-    ``implementation``; ``hidden_size`` (optional) replaces the hidden and embedding sizes."""
+    ``implementation``; ``hidden_size`` (optional) replaces the hidden and embedding sizes, ``config_overrides`` (as
+    `--config_overrides`, e.g. `"window_size=2,num_sentence_nodes=2"`) other fields."""
     config_name, model_class, labels = TASKS[task]
     sizes = {} if hidden_size is None else {"hidden_size": hidden_size, "embedding_dim": hidden_size}
     config_path = str(REPOSITORY_ROOT / "hub_configs" / config_name)
-    model = random_vocabulary_model(model_class, config_path, labels, VOCAB_SIZE, CHAR_VOCAB_SIZE,
+    model = random_vocabulary_model(model_class, config_path, labels, VOCAB_SIZE, CHAR_VOCAB_SIZE, config_overrides,
                                     step_implementation=implementation, **sizes)  # fmt: skip
     return model.to(device)
 

@@ -40,7 +40,7 @@ from transformers import pipeline
 
 from modeling_slstm.tokenization_slstm import build_word_tokenizer
 from run_scripts import REPOSITORY_ROOT
-from run_scripts.benchmarks.benchmark_busy_machine import demo_model, run_in_fresh_process, spinning, wnut_labels
+from run_scripts.benchmarks.benchmark_busy_machine import demo_model, over_machine_states, wnut_labels
 from run_scripts.benchmarks.support.busy_machine_report import state_name
 from run_scripts.benchmarks.support.timing import machine_info
 from run_scripts.training import data
@@ -187,16 +187,9 @@ def print_report(results: dict, args: TaggingThreadsArguments, load_before: floa
 
 def main(argv=None) -> dict:
     args = parse_arguments(TaggingThreadsArguments, argv, description=__doc__)
-    cores = sorted(os.sched_getaffinity(0))
     load_before = os.getloadavg()[0]  # other jobs of a shared machine, beside the spinners
     started = time.perf_counter()
-    results = {}
-    for busy in args.busy_cores:
-        with spinning(cores[len(cores) - busy :]):
-            for _ in range(args.rounds):
-                for setting in args.settings:
-                    run = run_in_fresh_process(args, setting, "benchmark_tagging_threads.time_tagging")
-                    results.setdefault((busy, setting), []).append(run)
+    results = over_machine_states(args, "benchmark_tagging_threads.time_tagging", args.rounds)
     print_report(results, args, load_before, time.perf_counter() - started)
     return results
 

