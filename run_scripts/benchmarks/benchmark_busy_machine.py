@@ -238,14 +238,16 @@ def spinning(cores: list[int]):
 
 
 def over_machine_states(args, function: str = "benchmark_busy_machine.time_workload", rounds: int = 1) -> dict:
-    """`run_in_fresh_process(args, setting, function)` for each of `args.settings`, `rounds` times over (the settings
-    alternate), with each of `args.busy_cores` cores kept busy in turn: `{(busy cores, setting): [result, ...]}`."""
+    """`run_in_fresh_process(args, setting, function)` for each of `args.settings`, `rounds` times over, with each of
+    `args.busy_cores` cores kept busy in turn: `{(busy cores, setting): [result, ...]}`. Each round starts with the
+    next setting (the order rotates), so that no setting always runs first after the spinners change."""
     cores = sorted(os.sched_getaffinity(0))
     results = {}
     for busy in args.busy_cores:
         with spinning(cores[len(cores) - busy :]):
-            for _ in range(rounds):
-                for setting in args.settings:
+            for round_ in range(rounds):
+                shift = round_ % len(args.settings)
+                for setting in [*args.settings[shift:], *args.settings[:shift]]:
                     results.setdefault((busy, setting), []).append(run_in_fresh_process(args, setting, function))
     return results
 

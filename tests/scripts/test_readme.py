@@ -90,7 +90,6 @@ def test_readme_describes_the_progress_lines_of_the_plugin_conftest_loads():
     assert (REPO / "tests" / "file_progress.py").is_file()
 
 
-@pytest.mark.xfail(strict=True, reason="the figures come from a run on a quiet machine: fill them, remove this mark")
 def test_readme_gives_the_tests_time_on_idle_cores_and_with_other_jobs():
     text = " ".join(section("Quick start on a fresh machine").split())
     assert re.search(r"on 2 idle cores \(.*?\) the tests of `\.ci/run` took \d+ minutes \(\d+ s of pytest\)", text)
