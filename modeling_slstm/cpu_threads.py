@@ -167,6 +167,13 @@ class IdleCoreMonitor:
     def due(self) -> bool:
         return time.monotonic() >= self.next_reading_s
 
+    def read_over(self, window_s: float) -> IdleCoreReading:
+        """`start()`, `window_s` seconds slept (not where there is no `/proc/stat`), then `read()`: a first reading."""
+        self.start()
+        if self.last is not None:
+            time.sleep(window_s)
+        return self.read(window_s)
+
     def read(self, window_s: float | None = None) -> IdleCoreReading:
         """The idle cores since the last reading (by the 1-minute load average where there is no `/proc/stat`), and
         `self.threads` set to the count they allow; `window_s` names the window in `how` where it was slept for.
@@ -189,11 +196,7 @@ class IdleCoreMonitor:
 def measure_idle_cores(limit: int, window_s: float) -> IdleCoreReading:
     """Idle usable cores now, over `window_s` seconds of `/proc/stat` (slept here), or by the 1-minute load average
     where there is none. Raises `OSError` where neither exists."""
-    monitor = IdleCoreMonitor(limit, interval_s=0.0)
-    monitor.start()
-    if monitor.last is not None:
-        time.sleep(window_s)
-    return monitor.read(window_s)
+    return IdleCoreMonitor(limit, interval_s=0.0).read_over(window_s)
 
 
 class InferenceIdleCores:
@@ -221,9 +224,9 @@ class InferenceIdleCores:
             return
         try:
             if first:
-                self.monitor.start()
-                time.sleep(FIRST_INFERENCE_WINDOW_S if self.monitor.last is not None else 0.0)
-            self.monitor.read()
+                self.monitor.read_over(FIRST_INFERENCE_WINDOW_S)
+            else:
+                self.monitor.read()
         except OSError:
             self.monitor.next_reading_s = math.inf  # nothing to measure with: PyTorch's default from now on
 
