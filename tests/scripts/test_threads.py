@@ -343,3 +343,19 @@ def test_tagging_threads_benchmark_ratios_compare_default_with_one_thread_and_th
         "model, one core busy: default / 1 thread = 1.25 (target >= 0.8)",
         "model, idle: default / best (default (the model's choice)) = 1.00 (target >= 0.95)",
     ]
+
+
+def test_tagging_threads_benchmark_ratios_pair_the_settings_of_one_process():
+    """Each ratio is the median over processes of the ratio within a process (0.909 and 1.017: 0.96), not the ratio of
+    the medians over processes (800 / 845 = 0.95), which mixes in the differences between processes."""
+    from run_scripts.benchmarks.benchmark_tagging_threads import TaggingThreadsArguments, ratio_lines
+
+    def runs(*words_per_s):
+        return [{"words_per_s": {"pipeline": speed, "model": speed}, "forward_threads": {}} for speed in words_per_s]
+
+    results = {(0, "default"): runs(1000, 600), (0, "1"): runs(1100, 590)}
+    args = TaggingThreadsArguments(busy_cores=[0], settings=["default", "1"])
+    assert ratio_lines(results, args) == [
+        "pipeline, idle: default / best (1 thread) = 0.96 (target >= 0.95)",
+        "model, idle: default / best (1 thread) = 0.96 (target >= 0.95)",
+    ]
