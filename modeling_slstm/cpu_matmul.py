@@ -412,7 +412,8 @@ class SLSTMLinear(nn.Linear):
 
     def _float32_cpu_linear(self, inputs: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight.float(), None if self.bias is None else self.bias.float()
-        if selected_backend() != "onednn" or torch.compiler.is_exporting():
+        # Exporting first: the backend's one probe (real products compared) cannot run on an export's fake tensors.
+        if torch.compiler.is_exporting() or selected_backend() != "onednn":
             return nn.functional.linear(inputs, weight, bias)
         flat = inputs.reshape(-1, inputs.shape[-1])  # (rows, in_features)
         output = _onednn_matmul(flat, weight).view(*inputs.shape[:-1], weight.shape[0])

@@ -11,7 +11,8 @@ outcomes and seconds, the time so far) and, at the end, the run's wall time and 
 On a machine without a CUDA GPU, `TRITON_INTERPRET=1` (unless set otherwise): Triton reads it when it decorates the
 kernels of `modeling_slstm/triton_kernels.py`, i.e. at the package's first import, which the test modules do after
 this file. The kernels then run in Triton's interpreter on CPU tensors, and `tests/model/test_fused_step.py` checks
-them there; with a GPU they are compiled for it.
+them there; with a GPU they are compiled for it. Under pytest-xdist each worker takes its share of PyTorch's threads
+(`share_the_cores_among_workers`).
 """
 
 import os
@@ -25,6 +26,18 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def share_the_cores_among_workers() -> None:
+    """Under pytest-xdist, PyTorch's threads of each worker process are its share of PyTorch's default count (at least
+    one): with every worker on the default count, each parallel operator waits for a thread whose core another worker
+    holds (docs/benchmarks.md, "Inference on a busy machine"). Before the package's import, which takes the count in
+    force as the process's default (`cpu_threads.TORCH_DEFAULT_THREADS`)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    torch.set_num_threads(max(1, torch.get_num_threads() // workers))
+
+
+share_the_cores_among_workers()
 
 from helpers import CheckedKernel, GuardedKernelBuffers, shared_data_root
 
