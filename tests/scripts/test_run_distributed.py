@@ -22,6 +22,7 @@ from script_helpers import (
     free_port,
     read_json,
     run_args,
+    run_main,
     run_subprocess,
     torchrun,
     write_generated_ner,
@@ -88,15 +89,15 @@ def assert_same_weights(first, second, atol):
     [(accelerate_flags, True), (accelerate_yaml, False), (torchrun, True)],
     ids=["accelerate-flags-crf", "accelerate-yaml-softmax", "torchrun-crf"],
 )
-def test_two_processes_match_one_process(tmp_path, launcher, use_crf):
+def test_two_processes_match_one_process(tmp_path, launcher, use_crf, monkeypatch):
     # validation: 13 sentences, uneven across 2 processes x 4 (the sampler pads with repeats that must not count);
     # test: 16, even.
     paths = write_generated_ner(tmp_path, n_train=32, n_eval=13, n_test=16)
     single, double = tmp_path / "single", tmp_path / "double"
     steps = {"max_steps": 3, "logging_steps": 1}
     # The same global batches for training and evaluation (the two processes' losses average over the tokens of
-    # both halves of a batch).
-    run_subprocess([sys.executable, *ner_command(paths, single, 8, use_crf, eval_batch_size=8, **steps)])
+    # both halves of a batch). The one process is this one, on one thread as each launched process.
+    run_main("run_ner", ner_command(paths, single, 8, use_crf, eval_batch_size=8, threads=1, **steps)[1:], monkeypatch)
     result = run_subprocess([*launcher(free_port()), *ner_command(paths, double, 4, use_crf, **steps)])
     output = result.stdout + result.stderr
     assert "world size 2" in output

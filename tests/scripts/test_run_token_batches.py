@@ -4,7 +4,6 @@ batches every epoch, each of two processes its own whole batches, and an exact r
 
 import itertools
 import random
-import sys
 
 import pytest
 from accelerate.data_loader import BatchSamplerShard
@@ -202,10 +201,6 @@ def test_token_budget_with_two_processes_gradient_accumulation_and_resume(tmp_pa
     assert losses(read_json(resumed / "trainer_state.json")) == losses(state)
     a, b = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert a.keys() == b.keys() and all((a[key] == b[key]).all() for key in a)
-
-
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-q"]))
 
 
 def test_batches_come_in_a_fresh_random_order_every_epoch():
