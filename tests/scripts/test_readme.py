@@ -92,9 +92,13 @@ def test_readme_describes_the_progress_lines_of_the_plugin_conftest_loads():
 
 def test_readme_gives_the_tests_time_on_idle_cores_and_with_other_jobs():
     text = " ".join(section("Quick start on a fresh machine").split())
-    assert re.search(r"on 2 idle cores \(.*?\) the tests of `\.ci/run` took \d+ minutes \(\d+ s of pytest\)", text)
+    assert re.search(
+        r"on 2 idle cores \(.*?\) the tests of `\.ci/run` on a clean clone took \d+ minutes \(\d+ s of pytest\)", text
+    )
     assert re.search(r"the download before them \d+ more", text)
-    assert re.search(r"with [^()]+ running \(load average \d+(\.\d+)?\) the tests took \d+ minutes", text)
+    assert re.search(
+        r"with [^()]+ \([^()]*load average \d+(\.\d+)?\), the tests took \d+ minutes \(\d+ s of pytest\)", text
+    )
 
 
 @pytest.mark.slow
