@@ -156,6 +156,12 @@ class BaselineEncoderConfig(PreTrainedConfig):
         validate_feature_settings(self)
         validate_head_tag_scheme(self)
 
+    def __setattr__(self, key, value):
+        # Checked as set, also on a built model: every CPU inference call reads it.
+        if key == "inference_threads":
+            check_inference_threads(value, type(self).__name__)
+        super().__setattr__(key, value)
+
     @property
     def word_representation_dim(self) -> int:
         """Width of the word representations the encoder reads: `embedding_dim`, plus `char_hidden_size` with
@@ -180,7 +186,6 @@ class BaselineEncoderConfig(PreTrainedConfig):
                 f"BaselineEncoderConfig.step_implementation must be one of {STEP_IMPLEMENTATIONS}, got "
                 f"{self.step_implementation!r}"
             )
-        check_inference_threads(self.inference_threads, "BaselineEncoderConfig")
         if self.encoder_type == "cnn" and self.kernel_size % 2 == 0:
             raise ValueError(f"BaselineEncoderConfig.kernel_size must be odd, got {self.kernel_size}")
         if self.encoder_type == "transformer" and self.hidden_size % self.num_attention_heads:

@@ -259,8 +259,7 @@ def inference_thread_count(config) -> int | None:
     """The thread count of a CPU inference call under `config.inference_threads`, None to leave PyTorch's as it is:
     `"torch"` leaves it, a number is that many threads, and `"auto"` (the default) leaves a count the caller chose
     ([`caller_chose_threads`]) and otherwise takes the idle cores' ([`InferenceIdleCores`])."""
-    setting = config.inference_threads
-    check_inference_threads(setting, type(config).__name__)
+    setting = config.inference_threads  # checked by the config as it was set
     if setting == "torch" or (setting == "auto" and caller_chose_threads()):
         return None
     return setting if setting != "auto" else INFERENCE_IDLE_CORES.threads()

@@ -257,6 +257,8 @@ def test_the_setting_is_saved_loaded_and_checked(tmp_path):
             model.config.inference_threads = bad
         with pytest.raises(ValueError, match=f"BaselineEncoderConfig.{expected}"):
             BaselineEncoderConfig(inference_threads=bad)
+        with pytest.raises(ValueError, match=f"BaselineEncoderConfig.{expected}"):
+            BaselineEncoderConfig().inference_threads = bad
 
 
 def test_only_a_model_on_the_cpu_runs_cpu_inference():
