@@ -11,8 +11,8 @@ default): it trains on one batch of `--sentences` random sentences of `--words` 
 WNUT-16 tweet) with the Trainer's optimizer (fused AdamW) and the demo's gradient clipping (3.0). `--workload
 pipeline`: `pipeline("token-classification")` tags one text of `--document_words` random words (a long document, read
 whole), the model in evaluation mode, on the threads of the setting (its own choice for CPU inference set aside:
-`config.inference_threads="torch"`; benchmark_tagging_threads.py times that choice). A busy core is another process spinning in a Python
-loop, pinned to a core of its own (the last usable cores first). Each pair of machine state and thread setting runs
+`config.inference_threads="torch"`; benchmark_tagging_threads.py times that choice). A busy core is another process
+spinning in a Python loop, pinned to a core of its own (the last usable cores first). Each pair of machine state and thread setting runs
 in a fresh Python process (thread pools belong to a process) started while the spinners run, without
 OMP_NUM_THREADS or OMP_WAIT_POLICY in its environment. Thread settings (`--settings`):
 
