@@ -80,8 +80,8 @@ def profile_table(timed: TimedModel, args: KernelProfileArguments) -> tuple[str,
 
 
 def _device_ms(row) -> float:
-    """A `key_averages()` row's self device time, ms (`self_cuda_time_total` before torch 2.4)."""
-    return getattr(row, "self_device_time_total", getattr(row, "self_cuda_time_total", 0.0)) / 1e3
+    """A `key_averages()` row's self device time, ms."""
+    return row.self_device_time_total / 1e3
 
 
 def prediction_table(timed: TimedModel, averages: list) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from modeling_slstm import triton_kernels, triton_step
 from run_scripts.benchmarks.support.speed_report import markdown_table
+from run_scripts.benchmarks.support.step_time_model import ceil_div
 from run_scripts.benchmarks.support.workloads import parse_shape
 from run_scripts.training.arguments import parse_arguments
 
@@ -31,10 +32,6 @@ class StepCostArguments:
     num_sentence_nodes: int = 1
     matmul_bytes: int = field(default=2, metadata={"help": "bytes of P, U x + b and the sentence terms"})
     state_bytes: int = field(default=4, metadata={"help": "bytes of the states, the cells and their gradients"})
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def launch_costs(batch: int, seq: int, arguments: StepCostArguments) -> list[dict]:

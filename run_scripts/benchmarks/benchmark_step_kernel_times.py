@@ -66,7 +66,8 @@ class StepTimeArguments:
 
 def statistics_of_commit(reference: str, arguments: list[str]) -> dict:
     """`step_statistics` of the kernels of commit `reference`: its `modeling_slstm` beside this checkout's
-    `run_scripts` and `hub_configs` in a folder of their own, where this script runs again with `arguments`."""
+    `run_scripts` and `hub_configs` in a folder of their own, where this script runs again with `arguments` (the
+    shapes and the Triton folder)."""
     with tempfile.TemporaryDirectory() as folder:
         archive = subprocess.run(["git", "-C", str(REPOSITORY_ROOT), "archive", reference, "modeling_slstm"],
                                  capture_output=True, check=True)  # fmt: skip
@@ -154,19 +155,11 @@ def program_table(statistics: dict, shapes: list[str], global_load_cycles: float
 
 def main(argv=None) -> dict:
     args = parse_arguments(StepTimeArguments, argv, description=__doc__)
-    arguments = sys.argv[1:] if argv is None else list(argv)
     if args.statistics:
         statistics = json.loads(Path(args.statistics).read_text())
     elif args.kernels_from:
-        forwarded, skip = [], False
-        for argument in arguments:  # the same arguments less the commit, the fit and the file to write
-            if skip or argument in ("--fit", "--terms", "--programs"):
-                skip = False
-                continue
-            if argument in ("--kernels_from", "--save_statistics"):
-                skip = True
-                continue
-            forwarded.append(argument)
+        # What the commit's statistics depend on: the shapes and the compiling Triton.
+        forwarded = ["--shapes", *args.shapes, *(["--triton_path", args.triton_path] if args.triton_path else [])]
         statistics = statistics_of_commit(args.kernels_from, forwarded)
         statistics["kernels_from"] = args.kernels_from
     else:

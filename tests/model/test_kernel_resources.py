@@ -6,10 +6,9 @@ pass would otherwise read and write.
 
 Under two Tritons: the one installed here, and 3.6, which torch 2.11 installs (the GPU machines' version), from a
 second install that only these compiles use (`pip install --target DIR triton==3.6.0`, DIR in `SECOND_TRITON_ENV`;
-`.ci/run` keeps one). The two compile the same kernels to different registers (the backward took 128 under Triton
-3.9 and 216 under 3.6 before its gates had tiles of their own). Each runs the benchmark in a fresh process, with
-Triton's interpreter (the launches are recorded on CPU tensors, also on a GPU machine) and an empty Triton cache in
-a temporary folder (`kernel_compiles.gpu_compiles`): about 18 s of CPU for each (AMD EPYC), most of it the compiles."""
+`.ci/run` keeps one). The two can compile the same kernels to quite different register counts. Each runs the
+benchmark in a fresh process, with Triton's interpreter (the launches are recorded on CPU tensors, also on a GPU
+machine) and an empty Triton cache in a temporary folder (`kernel_compiles.gpu_compiles`): about 18 s of CPU for each (AMD EPYC), most of it the compiles."""
 
 import os
 import subprocess

@@ -68,7 +68,7 @@ class Launch:
     kernel: str
     args: tuple
     kwargs: dict
-    grid: tuple = ()
+    grid: tuple
     compiled: object = None
 
 
@@ -82,7 +82,7 @@ class _Recorder:
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             compiled = self.kernel[grid](*args, **kwargs) if self.kernel is not None else None
-            self.launches.append(Launch(self.name, args, kwargs, grid if callable(grid) else tuple(grid), compiled))
+            self.launches.append(Launch(self.name, args, kwargs, tuple(grid), compiled))
 
         return launch
 

@@ -54,6 +54,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from run_scripts.benchmarks.support import sass
+
 H200_SMS = 132
 H200_CLOCK_HZ = 1.98e9
 """The H200's boost clock (NVIDIA's H200 datasheet); a loaded GPU may run slower."""
@@ -69,7 +71,7 @@ KERNEL_FLOOR_S = 2e-6
 """The least time a launch takes in a replayed CUDA graph (a small kernel's launch, ramp and drain)."""
 GLOBAL_LOAD_CYCLES = 1967
 """Cycles from a global load's issue to its result, the model's one fitted constant (`fit_global_load_cycles` on the
-kernels of `REFERENCE_COMMIT`, Triton 3.6). Microbenchmarks of Hopper give about 260 for an L2 hit and 470-550 from
+kernels of fa948a1^1, Triton 3.6). Microbenchmarks of Hopper give about 260 for an L2 hit and 470-550 from
 HBM, unloaded: the fit stands for what the model does not see as well (docs/benchmarks.md: instruction fetch of long
 unrolled bodies, address-divergent loads, queueing)."""
 SHORT_LATENCY_CYCLES = 30
@@ -99,8 +101,6 @@ MEASURED = {
     (32, 512): 48.0,  # eager (speed_cuda_h200.md; graph replay 46.4)
     (32, 32): 3.66,  # CUDA-graph replay of forward and backward
 }
-REFERENCE_COMMIT = "fa948a1^1"
-
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
@@ -173,8 +173,6 @@ def program_paths(instructions, function_of, while_lines) -> list[dict]:
     programs); any other conditional forward branch as not taken (its code counted as run), an unconditional one as
     taken unless it jumps over a loop (a loop's guard: every loop runs at least once); a loop's body runs whole each
     trip."""
-    from run_scripts.benchmarks.support import sass
-
     index = {instruction.address: position for position, instruction in enumerate(instructions)}
     loops = {}
     for first, last in sass.loops(instructions):
@@ -305,7 +303,7 @@ def variant_statistics(kernel: str, cubin: bytes, tools: Path, resources: dict) 
     """What the model reads of one compiled variant of `kernel`: `resources` (`registers`, `spill_bytes`,
     `shared_bytes`, `num_warps`), its SASS instructions (`encode_instructions`, disassembled by `tools`' `nvdisasm`)
     and program paths (`program_paths`)."""
-    from run_scripts.benchmarks.support import kernel_compiles, sass
+    from run_scripts.benchmarks.support import kernel_compiles
 
     module = kernel_compiles.KERNELS[kernel]
     functions, while_lines = _source_functions(module)
@@ -356,8 +354,6 @@ def run_variants(launches) -> dict[str, dict]:
     return variants
 
 
-_VIEW_OR_ALLOCATION = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strided", "detach",
-                       "lift_fresh", "set_", "resize_", "alias"}  # fmt: skip
 _MATMULS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2)}
 
 
@@ -376,8 +372,10 @@ def operator_record(func, args, output) -> list | None:
     for a view or an allocation (nothing launched)."""
     import torch
 
+    from run_scripts.benchmarks.support.launch_counts import ALLOCATIONS, VIEWS
+
     packet = func.overloadpacket.__name__
-    if func.is_view or packet in _VIEW_OR_ALLOCATION or packet.startswith("_has_"):
+    if func.is_view or packet in VIEWS or packet in ALLOCATIONS or packet == "set_" or packet.startswith("_has_"):
         return None
     if packet in _MATMULS:
         first, second = (args[position] for position in _MATMULS[packet])
@@ -514,10 +512,10 @@ class _Warp:
         if opcode == "B":
             issue_at += BARRIER_CYCLES
         self.clock = issue_at + max(stall, 1)
-        if write_barrier != 7:
+        if write_barrier != sass.NO_BARRIER:
             latency = self.global_load_cycles if opcode == "G" else SHORT_LATENCY_CYCLES
             self.ready[write_barrier] = max(self.ready[write_barrier], issue_at + latency)
-        if read_barrier != 7:
+        if read_barrier != sass.NO_BARRIER:
             self.ready[read_barrier] = max(self.ready[read_barrier], issue_at + SHORT_LATENCY_CYCLES)
         self.counts[opcode] += 1
 
