@@ -23,7 +23,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.debug_utils import DebugOption
 
 from run_scripts.training.recipe import config_recipe, recipe_defaults, settled_recipe
-from run_scripts.training.usage_errors import DEBUG_HELP, UsageError
+from run_scripts.training.usage_errors import DEBUG_HELP, UsageError, as_usage_error
 
 
 @dataclass
@@ -290,7 +290,8 @@ class SLSTMTrainingArguments(TrainingArguments):
             self.debug = " ".join(self.debug)
         if self.cuda_graphs:
             self.use_cuda_graphs()
-        super().__post_init__()
+        with as_usage_error():  # transformers' own checks of the arguments
+            super().__post_init__()
         if self.early_stopping_patience is not None and (
             self.early_stopping_patience < 1 or not self.load_best_model_at_end
         ):

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 DEBUG_FLAG = "--debug"
 DEBUG_HELP = "On an error in the data or the arguments, show the full traceback, not the message alone."
@@ -23,6 +24,12 @@ class UsageError(ValueError):
 
 class MissingFileError(UsageError, FileNotFoundError):
     """A file that the user named does not exist."""
+
+
+def check_saved_model_dir(model_dir: str) -> None:
+    """A `MissingFileError` unless `model_dir` (`--model_dir`) holds a saved model's `config.json`."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise MissingFileError(f"--model_dir {model_dir}: no config.json there; give the folder of a saved model")
 
 
 @contextmanager

@@ -31,7 +31,7 @@ from transformers import (
 
 from modeling_slstm.tokenization_slstm import SUBWORD_INPUT_NAMES
 from run_scripts.training.arguments import parse_arguments
-from run_scripts.training.usage_errors import DebugArguments, MissingFileError, run_script
+from run_scripts.training.usage_errors import DebugArguments, MissingFileError, check_saved_model_dir, run_script
 
 # Sentences to trace the export with, and different ones (more of them, other lengths) to check it on.
 EXPORT_SENTENCES = ["Just landed in New York.", "Heading to Madison Square Garden tonight with friends."]
@@ -90,8 +90,7 @@ ENCODER = (AutoModel, ("last_hidden_state", "pooler_output"))
 
 def load(model_dir: str) -> tuple[nn.Module, tuple[str, ...], object]:
     """The saved model (eval mode), the names of its exported outputs and its tokenizer."""
-    if not (Path(model_dir) / "config.json").is_file():
-        raise MissingFileError(f"--model_dir {model_dir}: no config.json there; give the folder of a saved model")
+    check_saved_model_dir(model_dir)
     config = AutoConfig.from_pretrained(model_dir, trust_remote_code=True)
     architecture = (config.architectures or [""])[0]
     auto_class, names = next(

@@ -15,13 +15,12 @@ your own code the model does the same by itself; README.md ("Tag raw text") says
 """
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
 
 from run_scripts.training.arguments import parse_arguments
 from run_scripts.training.threads import apply_thread_setting, parse_thread_setting
-from run_scripts.training.usage_errors import DebugArguments, MissingFileError, UsageError, run_script
+from run_scripts.training.usage_errors import DebugArguments, UsageError, check_saved_model_dir, run_script
 
 
 @dataclass
@@ -39,8 +38,7 @@ class TagArguments(DebugArguments):
     def __post_init__(self):
         # Clear errors before the model loads.
         parse_thread_setting(self.threads)
-        if not (Path(self.model_dir) / "config.json").is_file():
-            raise MissingFileError(f"--model_dir {self.model_dir}: no config.json there; give the folder of a saved model")
+        check_saved_model_dir(self.model_dir)
         empty = [index for index, sentence in enumerate(self.sentences) if not sentence.strip()]
         if empty:
             raise UsageError(f"--sentences: sentence {empty[0] + 1} of {len(self.sentences)} is empty; give text to tag")

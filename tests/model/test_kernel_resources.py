@@ -8,7 +8,8 @@ Under two Tritons: the one installed here, and 3.6, which torch 2.11 installs (t
 second install that only these compiles use (`pip install --target DIR triton==3.6.0`, DIR in `SECOND_TRITON_ENV`;
 `.ci/run` keeps one). The two can compile the same kernels to quite different register counts. Each runs the
 benchmark in a fresh process, with Triton's interpreter (the launches are recorded on CPU tensors, also on a GPU
-machine) and an empty Triton cache in a temporary folder (`kernel_compiles.gpu_compiles`): about 18 s of CPU for each (AMD EPYC), most of it the compiles."""
+machine) and an empty Triton cache in a temporary folder (`kernel_compiles.gpu_compiles`): about 18 s of CPU for
+each (AMD EPYC), most of it the compiles."""
 
 import os
 import subprocess

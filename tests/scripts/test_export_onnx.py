@@ -57,8 +57,7 @@ def saved_model(directory, name: str):
 @pytest.mark.parametrize("name", MODELS)
 def test_export_runs_in_onnxruntime_like_pytorch(tmp_path, capsys, recwarn, name):
     """The export is the process's first matmul of an S-LSTM layer (the float32 backend not yet decided, as in a fresh
-    `export_onnx.py`), and `torch.export`'s first, non-strict way takes the graph: no failed way before it (the
-    decision's probe, run on the export's fake tensors, failed it once, and the slower strict way took over)."""
+    `export_onnx.py`), and `torch.export`'s first, non-strict way takes the graph, with no failed way before it."""
     cpu_matmul._decide_backend.cache_clear()
     model_dir = saved_model(tmp_path / "model", name)
     output = tmp_path / "model.onnx"

@@ -92,6 +92,12 @@ def test_argument_errors_and_the_utilities_end_in_one_line_too(tmp_path, monkeyp
     with pytest.raises(SystemExit) as exit_info:  # raised while the arguments are parsed
         run_script(run_classification.main)
     assert exit_info.value.code == "--l2_regularization must be >= 0, got -1.0"
+    # One of transformers' own checks of the training arguments.
+    strategies = ["--load_best_model_at_end", "true", "--eval_strategy", "epoch", "--save_strategy", "steps"]
+    monkeypatch.setattr(sys, "argv", ["run_classification.py", *argv[:4], *strategies])
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(run_classification.main)
+    assert exit_info.value.code.startswith("--load_best_model_at_end requires the save and eval strategy to match")
 
     bad = tmp_path / "bad.txt"
     bad.write_text("only-one-column\n")
