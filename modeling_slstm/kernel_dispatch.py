@@ -118,4 +118,4 @@ def kernel_buffer(like: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype
     """An empty contiguous tensor of `shape` on `like`'s device, in `dtype` (default `like`'s), for a kernel to write:
     every buffer that the kernels write is made here, so that the tests can hand out each one inside guard regions
     and catch a store outside it (a GPU runs such a store silently)."""
-    return like.new_empty(shape, dtype=like.dtype if dtype is None else dtype)
+    return like.new_empty(shape, dtype=dtype)

@@ -41,6 +41,8 @@ Loops over positions are `while` loops: Triton 3.6's interpreter cannot take a r
 Every kernel reads its inputs in their own dtype (bfloat16, float16 or float32) and computes in float32.
 """
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .kernel_dispatch import KERNELS_INTERPRETED, RUN_TIME_SIZES, tl, triton
@@ -537,7 +539,7 @@ def step_forward_kernel(
     product_ptr, input_terms_ptr, sentence_terms_ptr, cells_ptr, sentence_cells_ptr, mask_ptr, lengths_ptr,
     new_states_ptr, new_cells_ptr, new_sentence_states_ptr, new_sentence_cells_ptr, statistics_ptr, seq, hidden,
     batch, WINDOW: tl.constexpr, NODES: tl.constexpr, NODES_P: tl.constexpr, CONTEXT_BLOCKS: tl.constexpr,
-    GATES: tl.constexpr, SIGMOID_SCORES: tl.constexpr, WORD_BLOCK_S: tl.constexpr, WORD_BLOCK_H: tl.constexpr,
+    SIGMOID_SCORES: tl.constexpr, WORD_BLOCK_S: tl.constexpr, WORD_BLOCK_H: tl.constexpr,
     SENTENCE_BLOCK_S: tl.constexpr, SENTENCE_BLOCK_H: tl.constexpr, LONG_SENTENCES: tl.constexpr,
     INT64_OFFSETS: tl.constexpr,
 ):  # fmt: skip
@@ -730,9 +732,9 @@ class KernelTiles:
     length: each length would otherwise compile the kernels anew (`benchmark_compiles.py` counts the compiles).
 
     Args:
-        values_per_tile (`int`, defaults to 2048): about how many values a `(BLOCK_S, slots, BLOCK_H)` tile of the
-            forward holds, so that its live tiles stay in registers: at 2048, 16 values a thread with 4 warps
-            (compiled for sm_90, the paper configuration's forward takes about 100 registers a thread, no spills).
+        values_per_tile (`int`, defaults to 2048): about how many values the forward's `slots` tiles of
+            `(BLOCK_S, BLOCK_H)` (one per gate block) hold in all, so that its live tiles stay in registers: at 2048,
+            16 values a thread with 4 warps (`benchmark_kernel_resources.py` prints the registers it takes).
         max_block_h (`int`, defaults to 32): the widest hidden block.
         num_warps (`int`, defaults to 4): warps per program (Triton's default).
         max_block_s (`int`, defaults to 32): the longest position block. A block holds this many positions whatever
@@ -772,6 +774,18 @@ def use_tiles(tiles: KernelTiles, in_the_interpreter: bool = False):
     GPU_TILES, TILE_IN_THE_INTERPRETER = tiles, in_the_interpreter
 
 
+@contextlib.contextmanager
+def using_tiles(tiles: KernelTiles, in_the_interpreter: bool = True) -> Iterator[None]:
+    """`use_tiles(tiles, in_the_interpreter)` within the block; the tiling before it comes back after, also where the
+    block raises."""
+    previous = tiles_in_force()
+    use_tiles(tiles, in_the_interpreter)
+    try:
+        yield
+    finally:
+        use_tiles(*previous)
+
+
 def tiles_in_force() -> tuple[KernelTiles, bool]:
     """The tiling that `tile_options` follows now, `(tiles, in_the_interpreter)` as `use_tiles` last set them (so
     that `use_tiles(*tiles_in_force())` restores it)."""
@@ -779,7 +793,7 @@ def tiles_in_force() -> tuple[KernelTiles, bool]:
 
 
 def tile_options(seq: int, hidden: int, slots: int, backward: bool = False) -> dict[str, int]:
-    """The launch options `BLOCK_S`, `BLOCK_H` (tiles `(BLOCK_S, slots, BLOCK_H)`) and `num_warps`, and with
+    """The launch options `BLOCK_S`, `BLOCK_H` (`slots` tiles of `(BLOCK_S, BLOCK_H)`) and `num_warps`, and with
     `backward` the backward's tiles and its `TILES` per program: on a GPU as `GPU_TILES` says, the same for every
     `seq` (one compile of each kernel for all lengths); in the interpreter, which compiles nothing and pays per
     program and per operation rather than per value, all of a sentence at once (unless `use_tiles` says otherwise)."""

@@ -151,7 +151,6 @@ class StepKernels:
             "NODES": nodes,
             "NODES_P": nodes_p,
             "CONTEXT_BLOCKS": 2 * window_size + nodes + 4,  # the normalised gates, o and u: the slots of a tile
-            "GATES": gates,
             "SIGMOID_SCORES": sigmoid_scores,
             "INT64_OFFSETS": seq * product_width(hidden, nodes, window_size) >= INT32_OFFSETS_LIMIT,
             "num_warps": word_tiles["num_warps"],
@@ -169,7 +168,11 @@ class StepKernels:
         backward_block_s = max(backward_tiles["BLOCK_S"], next_power_of_2(4 * window_size))
         tiles = backward_tiles["TILES"]
         self.backward_options = {
-            **shared, "BLOCK_S": backward_block_s, "BLOCK_H": backward_tiles["BLOCK_H"], "TILES": tiles
+            **shared,
+            "GATES": gates,
+            "BLOCK_S": backward_block_s,
+            "BLOCK_H": backward_tiles["BLOCK_H"],
+            "TILES": tiles,
         }
         word_hidden_blocks = -(-hidden // word_tiles["BLOCK_H"])
         sentence_programs = -(-hidden // sentence_tiles["BLOCK_H"]) if nodes else 0

@@ -313,12 +313,8 @@ def test_step_kernel_costs_of_the_paper_configuration():
     from modeling_slstm import triton_kernels
     from run_scripts.benchmarks.benchmark_step_kernel_costs import StepCostArguments, launch_costs
 
-    previous = triton_kernels.tiles_in_force()
-    triton_kernels.use_tiles(triton_kernels.KernelTiles(), in_the_interpreter=True)
-    try:
+    with triton_kernels.using_tiles(triton_kernels.KernelTiles()):
         forward, backward, sums = launch_costs(32, 512, StepCostArguments())
-    finally:
-        triton_kernels.use_tiles(*previous)
     partials = 86 * 32 * (3000 + 2 * 300) * 4
     assert backward["held"] == 32 * 512 * 7200 * 2 + partials
     assert (forward["passes"], backward["passes"], sums["passes"]) == (16, 1, 86)

@@ -11,7 +11,6 @@ process with the interpreter.
     python -m pytest tests/model/test_fused_step.py
 """
 
-import contextlib
 import copy
 import math
 import os
@@ -318,18 +317,12 @@ def test_fused_gradients_for_any_upstream_gradient_layout(case, device, monkeypa
     assert all(not fused[name].any() for name in fused.keys() - readable.keys())
 
 
-@contextlib.contextmanager
 def kernel_tiles(in_the_interpreter: bool = True, **tiles):
-    """The kernels tiled by `KernelTiles(**tiles)`, by default in the interpreter too (where they take a sentence per
-    tile otherwise); the previous tiling is restored on exit."""
+    """The kernels tiled by `KernelTiles(**tiles)` within the block, by default in the interpreter too (where they take
+    a sentence per tile otherwise)."""
     from modeling_slstm import triton_kernels
 
-    previous = triton_kernels.tiles_in_force()
-    triton_kernels.use_tiles(triton_kernels.KernelTiles(**tiles), in_the_interpreter)
-    try:
-        yield
-    finally:
-        triton_kernels.use_tiles(*previous)
+    return triton_kernels.using_tiles(triton_kernels.KernelTiles(**tiles), in_the_interpreter)
 
 
 def assert_fused_matches_readable(actual: dict, expected: dict) -> None:

@@ -107,12 +107,8 @@ def recorded_launches(run: bool = False) -> Iterator[list[Launch]]:
 def gpu_tiles() -> Iterator[None]:
     """Within the block, the kernels' launches tile their work as on a GPU (`triton_kernels.GPU_TILES`), also in
     Triton's interpreter; the tiling before it is restored after."""
-    previous = triton_kernels.tiles_in_force()
-    triton_kernels.use_tiles(triton_kernels.GPU_TILES, in_the_interpreter=True)
-    try:
+    with triton_kernels.using_tiles(triton_kernels.GPU_TILES):
         yield
-    finally:
-        triton_kernels.use_tiles(*previous)
 
 
 def _kernel(name: str):
